@@ -1,0 +1,275 @@
+//! The copy map: how a vector becomes a fragment in each copy of the index.
+//!
+//! Copy `c` owns a `D x 8b` projection `U_c = P Q_c / sigma`, where `P` holds the
+//! top principal directions of the data (`D x m`, orthonormal columns), `Q_c` is a
+//! random `m x 8b` matrix with orthonormal columns (QR of a Gaussian matrix by
+//! modified Gram-Schmidt in `f64`, drawn from ChaCha8 on stream `c`) and `sigma` is
+//! the standard deviation of the projected coordinates (a scalar: random rotations
+//! mix the principal directions, so per-coordinate scales gain nothing). The
+//! *projected* coordinates of `x` in copy `c` are `z = U_c^T (x - mu)`, computed for
+//! all copies at once as one matrix product `x^T W - bias` with `W = [U_1 .. U_C]`.
+//!
+//! At spacing `f` the lattice coordinates are `y = z * (1/f) + t_c`, with the shift
+//! `t_c` uniform in `[0, 2)^8b` (lattice units; `2Z^8` is a sublattice of E8, so
+//! this is uniform modulo E8). Every block of 8 rounds to its nearest E8 point and
+//! the `b` points name the fragment. Spacings are in units of `sigma` and sorted
+//! ascending (finest first); the builder chooses them from the data.
+
+use serde::{Deserialize, Serialize};
+
+use crate::e8::decode_e8;
+use crate::key::FragmentKey;
+use crate::rng::GaussianRng;
+
+/// Coordinates per lattice block.
+pub const BLOCK_DIM: usize = 8;
+
+/// How many copies, how many E8 blocks each, and the seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyMapParams {
+    /// Number of copies `C`.
+    pub copies: usize,
+    /// E8 blocks per copy `b` (a fragment lives in `8b` dimensions).
+    pub blocks: usize,
+    /// Seed of every random draw of the map.
+    pub seed: u64,
+}
+
+impl Default for CopyMapParams {
+    fn default() -> Self {
+        Self { copies: 32, blocks: 4, seed: 0x0c7e_c5ee_d }
+    }
+}
+
+/// The projections, shifts and spacings of all copies (see the module doc).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CopyMap {
+    /// Input dimension `D`.
+    pub dim: usize,
+    pub copies: usize,
+    pub blocks: usize,
+    /// `W`, `D x (C * 8b)`, row-major; already divided by sigma.
+    pub projection: Vec<f32>,
+    /// `mu^T W`, length `C * 8b`.
+    pub bias: Vec<f32>,
+    /// Shifts in lattice units, `C x 8b`.
+    pub shifts: Vec<f32>,
+    /// Spacings in units of sigma, ascending.
+    pub spacings: Vec<f32>,
+}
+
+/// Random `m x k` matrix with orthonormal columns (row-major), by modified
+/// Gram-Schmidt of a Gaussian matrix.
+pub fn random_orthonormal(m: usize, k: usize, rng: &mut GaussianRng) -> Vec<f64> {
+    assert!(k <= m, "cannot draw {k} orthonormal columns in {m} dimensions");
+    let mut cols: Vec<Vec<f64>> = Vec::with_capacity(k);
+    while cols.len() < k {
+        let mut v: Vec<f64> = (0..m).map(|_| rng.normal()).collect();
+        for _ in 0..2 {
+            for u in &cols {
+                let dot: f64 = v.iter().zip(u).map(|(a, b)| a * b).sum();
+                v.iter_mut().zip(u).for_each(|(a, b)| *a -= dot * b);
+            }
+        }
+        let norm = v.iter().map(|a| a * a).sum::<f64>().sqrt();
+        if norm > 1e-6 {
+            v.iter_mut().for_each(|a| *a /= norm);
+            cols.push(v);
+        }
+    }
+    let mut out = vec![0.0; m * k];
+    for (j, col) in cols.iter().enumerate() {
+        for i in 0..m {
+            out[i * k + j] = col[i];
+        }
+    }
+    out
+}
+
+impl CopyMap {
+    /// Draw the copies. `basis` is `D x m` row-major with orthonormal columns
+    /// (`8b <= m <= D`), `sigma > 0` the scale of the projected coordinates.
+    pub fn random(mean: &[f32], basis: &[f64], m: usize, sigma: f64, params: &CopyMapParams, spacings: Vec<f32>) -> Self {
+        let dim = mean.len();
+        let cd = BLOCK_DIM * params.blocks;
+        assert_eq!(basis.len(), dim * m, "basis must be D x m");
+        assert!(cd <= m, "a copy needs {cd} directions but the basis has {m}");
+        assert!(sigma > 0.0 && sigma.is_finite());
+        let width = params.copies * cd;
+        let mut projection = vec![0f32; dim * width];
+        let mut shifts = vec![0f32; width];
+        for c in 0..params.copies {
+            let mut rng = GaussianRng::new(params.seed, c as u64 + 1);
+            let q = random_orthonormal(m, cd, &mut rng);
+            for i in 0..dim {
+                for j in 0..cd {
+                    let mut acc = 0.0;
+                    for t in 0..m {
+                        acc += basis[i * m + t] * q[t * cd + j];
+                    }
+                    projection[i * width + c * cd + j] = (acc / sigma) as f32;
+                }
+            }
+            for j in 0..cd {
+                shifts[c * cd + j] = (2.0 * rng.uniform()) as f32;
+            }
+        }
+        let mut bias = vec![0f32; width];
+        for (j, b) in bias.iter_mut().enumerate() {
+            let acc: f64 = (0..dim).map(|i| mean[i] as f64 * projection[i * width + j] as f64).sum();
+            *b = acc as f32;
+        }
+        Self { dim, copies: params.copies, blocks: params.blocks, projection, bias, shifts, spacings }
+    }
+
+    /// Dimensions of one copy's projection, `8b`.
+    pub fn copy_dim(&self) -> usize {
+        BLOCK_DIM * self.blocks
+    }
+
+    /// Width of the projection of all copies, `C * 8b`.
+    pub fn width(&self) -> usize {
+        self.copies * self.copy_dim()
+    }
+
+    /// Project `n` row-major vectors (`n x D`) into all copies: `out` is `n x width`.
+    /// `parallel` lets faer use the rayon pool.
+    pub fn project_batch(&self, xs: &[f32], out: &mut [f32], parallel: bool) {
+        project_rows(xs, self.dim, &self.projection, &self.bias, out, parallel);
+    }
+
+    /// Lattice coordinates of one copy's projected vector `z` at spacing index `s`,
+    /// decoded: doubled E8 coordinates into `coords` (`8b`), returns the squared
+    /// distance to the fragment centre in lattice units.
+    #[inline]
+    pub fn decode(&self, z: &[f32], copy: usize, s: usize, coords: &mut [i32]) -> f32 {
+        let cd = self.copy_dim();
+        debug_assert_eq!(z.len(), cd);
+        let inv = 1.0f32 / self.spacings[s];
+        let shift = &self.shifts[copy * cd..(copy + 1) * cd];
+        let mut total = 0.0f32;
+        for blk in 0..self.blocks {
+            let o = blk * BLOCK_DIM;
+            let y: [f32; 8] = core::array::from_fn(|i| z[o + i] * inv + shift[o + i]);
+            let (p, d) = decode_e8(&y);
+            coords[o..o + BLOCK_DIM].copy_from_slice(&p);
+            total += d;
+        }
+        total
+    }
+
+    /// The fragment of projected vector `z` (one copy) at spacing index `s`, and
+    /// the squared distance to its centre in lattice units.
+    #[inline]
+    pub fn fragment(&self, z: &[f32], copy: usize, s: usize) -> (FragmentKey, f32) {
+        let mut coords = [0i32; 64];
+        let cd = self.copy_dim();
+        let d = self.decode(z, copy, s, &mut coords[..cd]);
+        (FragmentKey::from_doubled(&coords[..cd]), d)
+    }
+
+    /// The centre of a fragment (doubled coordinates) in the copy's projected space.
+    pub fn centre(&self, coords: &[i32], copy: usize, s: usize, out: &mut [f32]) {
+        let cd = self.copy_dim();
+        let f = self.spacings[s];
+        for i in 0..cd {
+            out[i] = (coords[i] as f32 * 0.5 - self.shifts[copy * cd + i]) * f;
+        }
+    }
+}
+
+/// `out (n x k) = xs (n x d) * w (d x k) - bias`, row-major, through faer.
+pub fn project_rows(xs: &[f32], d: usize, w: &[f32], bias: &[f32], out: &mut [f32], parallel: bool) {
+    let k = bias.len();
+    assert_eq!(w.len(), d * k);
+    assert_eq!(xs.len() % d.max(1), 0);
+    let n = xs.len() / d.max(1);
+    assert_eq!(out.len(), n * k);
+    if n == 0 {
+        return;
+    }
+    let a = faer::MatRef::from_row_major_slice(xs, n, d);
+    let b = faer::MatRef::from_row_major_slice(w, d, k);
+    let c = faer::MatMut::from_row_major_slice_mut(out, n, k);
+    let par = if parallel { faer::Par::rayon(0) } else { faer::Par::Seq };
+    faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0f32, par);
+    for row in out.chunks_exact_mut(k) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v -= b);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity_basis(d: usize, m: usize) -> Vec<f64> {
+        let mut b = vec![0.0; d * m];
+        for i in 0..m {
+            b[i * m + i] = 1.0;
+        }
+        b
+    }
+
+    #[test]
+    fn projection_columns_are_orthonormal_per_copy() {
+        let d = 70;
+        let m = 64;
+        let map = CopyMap::random(&vec![0.0; d], &identity_basis(d, m), m, 1.0, &CopyMapParams { copies: 5, blocks: 4, seed: 9 }, vec![1.0]);
+        let w = map.width();
+        for c in 0..map.copies {
+            for a in 0..32 {
+                for b in 0..32 {
+                    let dot: f64 = (0..d).map(|i| map.projection[i * w + c * 32 + a] as f64 * map.projection[i * w + c * 32 + b] as f64).sum();
+                    let want = if a == b { 1.0 } else { 0.0 };
+                    assert!((dot - want).abs() < 1e-5, "copy {c} cols {a},{b}: {dot}");
+                }
+            }
+        }
+        assert!(map.shifts.iter().all(|&s| (0.0..2.0).contains(&s)));
+    }
+
+    #[test]
+    fn same_seed_same_map_other_seed_other_map() {
+        let d = 40;
+        let basis = identity_basis(d, 32);
+        let p = CopyMapParams { copies: 3, blocks: 4, seed: 1 };
+        let a = CopyMap::random(&vec![0.5; d], &basis, 32, 2.0, &p, vec![1.0, 2.0]);
+        let b = CopyMap::random(&vec![0.5; d], &basis, 32, 2.0, &p, vec![1.0, 2.0]);
+        assert_eq!(a, b);
+        let c = CopyMap::random(&vec![0.5; d], &basis, 32, 2.0, &CopyMapParams { seed: 2, ..p }, vec![1.0, 2.0]);
+        assert_ne!(a.projection, c.projection);
+    }
+
+    #[test]
+    fn batch_projection_matches_definition_and_fragment_centre_is_near() {
+        let d = 33;
+        let basis = identity_basis(d, 32);
+        let mean: Vec<f32> = (0..d).map(|i| i as f32 * 0.01).collect();
+        let map = CopyMap::random(&mean, &basis, 32, 0.5, &CopyMapParams { copies: 2, blocks: 4, seed: 4 }, vec![0.7, 1.5]);
+        let mut rng = GaussianRng::new(5, 0);
+        let n = 17;
+        let xs: Vec<f32> = (0..n * d).map(|_| rng.normal() as f32).collect();
+        let mut out = vec![0f32; n * map.width()];
+        map.project_batch(&xs, &mut out, false);
+        let w = map.width();
+        for r in 0..n {
+            for j in 0..w {
+                let want: f64 = (0..d).map(|i| (xs[r * d + i] - mean[i]) as f64 * map.projection[i * w + j] as f64).sum();
+                assert!((want - out[r * w + j] as f64).abs() < 1e-4);
+            }
+            for c in 0..2 {
+                for s in 0..2 {
+                    let z = &out[r * w + c * 32..r * w + c * 32 + 32];
+                    let mut coords = [0i32; 32];
+                    let dl = map.decode(z, c, s, &mut coords);
+                    let mut centre = [0f32; 32];
+                    map.centre(&coords, c, s, &mut centre);
+                    let dz: f32 = z.iter().zip(&centre).map(|(a, b)| (a - b) * (a - b)).sum();
+                    let f = map.spacings[s];
+                    assert!((dz - dl * f * f).abs() < 1e-3 * (1.0 + dz), "{dz} vs {}", dl * f * f);
+                    assert!(dl <= 4.0 + 1e-4, "b blocks: squared error at most b");
+                }
+            }
+        }
+    }
+}

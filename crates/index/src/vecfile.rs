@@ -1,0 +1,465 @@
+//! Vector files: `fvecs`, `bvecs`, `ivecs` (the TEXMEX formats: each record is a
+//! little-endian `i32` dimension followed by that many `f32`, `u8` or `i32`) and
+//! NumPy `.npy` (C order; `f32`, `f16`, `u8`, `i8`, `i32`).
+//!
+//! Files are memory-mapped, so a 10 GB file needs no 10 GB of heap: read rows or
+//! chunks of rows as `f32` ([`VectorFile::read_rows_f32`]) and only they are
+//! converted. Opening validates the whole structure (every record's dimension,
+//! the size against the header); conversion to `f32` rejects NaN and infinities.
+//! Every error names the file and the problem. Writers are atomic.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::atomic::write_atomically;
+
+/// Element type of a vector file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dtype {
+    F32,
+    F16,
+    U8,
+    I8,
+    I32,
+}
+
+impl Dtype {
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 | Dtype::I32 => 4,
+            Dtype::F16 => 2,
+            Dtype::U8 | Dtype::I8 => 1,
+        }
+    }
+    fn npy_descr(self) -> &'static str {
+        match self {
+            Dtype::F32 => "<f4",
+            Dtype::F16 => "<f2",
+            Dtype::U8 => "|u1",
+            Dtype::I8 => "|i1",
+            Dtype::I32 => "<i4",
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::U8 => "u8",
+            Dtype::I8 => "i8",
+            Dtype::I32 => "i32",
+        };
+        f.write_str(s)
+    }
+}
+
+/// What went wrong with a vector file.
+#[derive(Debug, thiserror::Error)]
+pub enum VectorFileError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: unknown vector file extension (expected .fvecs, .bvecs, .ivecs or .npy)")]
+    UnknownFormat { path: PathBuf },
+    #[error("{path}: {problem}")]
+    Malformed { path: PathBuf, problem: String },
+    #[error("{path}: row {row}, column {col} is {value} (vectors must be finite)")]
+    NotFinite { path: PathBuf, row: usize, col: usize, value: f32 },
+    #[error("{path}: holds {found} values, but {expected} were asked for")]
+    WrongDtype { path: PathBuf, found: Dtype, expected: &'static str },
+}
+
+type Result<T> = std::result::Result<T, VectorFileError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// TEXMEX: each record carries its own 4-byte dimension.
+    Texmex,
+    /// `.npy`: one header, then `n x d` contiguous values from `data_offset`.
+    Npy { data_offset: usize },
+}
+
+/// A memory-mapped, validated vector file.
+pub struct VectorFile {
+    path: PathBuf,
+    map: Option<Mmap>,
+    layout: Layout,
+    dtype: Dtype,
+    rows: usize,
+    dim: usize,
+}
+
+impl fmt::Debug for VectorFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VectorFile({}, {} x {} {})", self.path.display(), self.rows, self.dim, self.dtype)
+    }
+}
+
+fn malformed(path: &Path, problem: impl Into<String>) -> VectorFileError {
+    VectorFileError::Malformed { path: path.to_path_buf(), problem: problem.into() }
+}
+
+impl VectorFile {
+    /// Open and validate; the format comes from the extension.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let io_err = |source| VectorFileError::Io { path: path.to_path_buf(), source };
+        let file = File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len() as usize;
+        // SAFETY: the map is read-only and private to this process; the file is not
+        // expected to change while open (documented), and every access below is
+        // bounds-checked against the length validated here.
+        let map = if len == 0 { None } else { Some(unsafe { Mmap::map(&file) }.map_err(io_err)?) };
+        let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+        let (layout, dtype, rows, dim) = match ext.as_str() {
+            "fvecs" => Self::scan_texmex(path, bytes, Dtype::F32)?,
+            "bvecs" => Self::scan_texmex(path, bytes, Dtype::U8)?,
+            "ivecs" => Self::scan_texmex(path, bytes, Dtype::I32)?,
+            "npy" => Self::scan_npy(path, bytes)?,
+            _ => return Err(VectorFileError::UnknownFormat { path: path.to_path_buf() }),
+        };
+        Ok(Self { path: path.to_path_buf(), map, layout, dtype, rows, dim })
+    }
+
+    fn scan_texmex(path: &Path, bytes: &[u8], dtype: Dtype) -> Result<(Layout, Dtype, usize, usize)> {
+        if bytes.is_empty() {
+            return Ok((Layout::Texmex, dtype, 0, 0));
+        }
+        if bytes.len() < 4 {
+            return Err(malformed(path, format!("truncated: {} bytes, less than one record header", bytes.len())));
+        }
+        let d = i32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
+        if d <= 0 || d > 1 << 20 {
+            return Err(malformed(path, format!("record 0 declares dimension {d}")));
+        }
+        let dim = d as usize;
+        let rec = 4 + dim * dtype.size();
+        if bytes.len() % rec != 0 {
+            return Err(malformed(
+                path,
+                format!("truncated record: {} bytes is not a multiple of the record size {rec} (dimension {dim})", bytes.len()),
+            ));
+        }
+        let rows = bytes.len() / rec;
+        for r in 0..rows {
+            let h = i32::from_le_bytes(bytes[r * rec..r * rec + 4].try_into().expect("4 bytes"));
+            if h != d {
+                return Err(malformed(path, format!("dimension changes mid-file: record {r} declares {h}, record 0 declared {d}")));
+            }
+        }
+        Ok((Layout::Texmex, dtype, rows, dim))
+    }
+
+    fn scan_npy(path: &Path, bytes: &[u8]) -> Result<(Layout, Dtype, usize, usize)> {
+        if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+            return Err(malformed(path, "not an .npy file (bad magic)"));
+        }
+        let major = bytes[6];
+        let (hlen, hstart) = match major {
+            1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+            2 | 3 => {
+                if bytes.len() < 12 {
+                    return Err(malformed(path, "truncated .npy header"));
+                }
+                (u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize, 12)
+            }
+            v => return Err(malformed(path, format!("unsupported .npy version {v}"))),
+        };
+        let data_offset = hstart + hlen;
+        if bytes.len() < data_offset {
+            return Err(malformed(path, "truncated .npy header"));
+        }
+        let header = std::str::from_utf8(&bytes[hstart..data_offset]).map_err(|_| malformed(path, "npy header is not text"))?;
+        let field = |name: &str| -> Option<&str> {
+            let at = header.find(&format!("'{name}'"))?;
+            let rest = &header[at + name.len() + 2..];
+            let colon = rest.find(':')?;
+            Some(rest[colon + 1..].trim_start())
+        };
+        let descr = field("descr").ok_or_else(|| malformed(path, "npy header has no 'descr'"))?;
+        let descr = descr.trim_start_matches('\'');
+        let descr = &descr[..descr.find('\'').unwrap_or(descr.len())];
+        let dtype = match descr {
+            "<f4" => Dtype::F32,
+            "<f2" => Dtype::F16,
+            "|u1" | "<u1" => Dtype::U8,
+            "|i1" | "<i1" => Dtype::I8,
+            "<i4" => Dtype::I32,
+            other => return Err(malformed(path, format!("unsupported dtype '{other}' (supported: <f4, <f2, |u1, |i1, <i4)"))),
+        };
+        let fortran = field("fortran_order").ok_or_else(|| malformed(path, "npy header has no 'fortran_order'"))?;
+        if fortran.starts_with("True") {
+            return Err(malformed(path, "Fortran-order arrays are not supported; save in C order"));
+        }
+        let shape = field("shape").ok_or_else(|| malformed(path, "npy header has no 'shape'"))?;
+        let close = shape.find(')').ok_or_else(|| malformed(path, "bad 'shape'"))?;
+        let dims: Vec<usize> = shape[1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<usize>().map_err(|_| malformed(path, format!("bad shape entry '{s}'"))))
+            .collect::<Result<_>>()?;
+        let (rows, dim) = match dims.as_slice() {
+            [n] => (*n, 1),
+            [n, d] => (*n, *d),
+            other => return Err(malformed(path, format!("expected a 1-d or 2-d array, found shape {other:?}"))),
+        };
+        let need = rows.checked_mul(dim).and_then(|v| v.checked_mul(dtype.size())).ok_or_else(|| malformed(path, "shape overflows"))?;
+        let have = bytes.len() - data_offset;
+        if have < need {
+            return Err(malformed(path, format!("truncated: header promises {need} data bytes ({rows} x {dim} {dtype}), file holds {have}")));
+        }
+        if have > need {
+            return Err(malformed(path, format!("{} trailing bytes after {rows} x {dim} {dtype}", have - need)));
+        }
+        Ok((Layout::Npy { data_offset }, dtype, rows, dim))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// Raw bytes of row `r` (without the TEXMEX dimension word).
+    fn row_bytes(&self, r: usize) -> &[u8] {
+        let w = self.dim * self.dtype.size();
+        match self.layout {
+            Layout::Texmex => {
+                let start = r * (4 + w) + 4;
+                &self.bytes()[start..start + w]
+            }
+            Layout::Npy { data_offset } => &self.bytes()[data_offset + r * w..data_offset + (r + 1) * w],
+        }
+    }
+
+    /// Rows `start..start+count` as `f32`, row-major, appended to `out`; NaN or
+    /// infinite values are an error naming the row.
+    pub fn read_rows_f32(&self, start: usize, count: usize, out: &mut Vec<f32>) -> Result<()> {
+        if self.dtype == Dtype::I32 {
+            return Err(VectorFileError::WrongDtype { path: self.path.clone(), found: self.dtype, expected: "vectors (f32, f16, u8 or i8)" });
+        }
+        let end = start.checked_add(count).filter(|&e| e <= self.rows).ok_or_else(|| malformed(&self.path, format!("rows {start}..{} asked, file has {}", start + count, self.rows)))?;
+        out.reserve(count * self.dim);
+        for r in start..end {
+            let b = self.row_bytes(r);
+            let before = out.len();
+            match self.dtype {
+                Dtype::F32 => out.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))),
+                Dtype::F16 => out.extend(b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())),
+                Dtype::U8 => out.extend(b.iter().map(|&v| v as f32)),
+                Dtype::I8 => out.extend(b.iter().map(|&v| v as i8 as f32)),
+                Dtype::I32 => unreachable!("rejected above"),
+            }
+            if let Some(col) = out[before..].iter().position(|v| !v.is_finite()) {
+                let value = out[before + col];
+                out.truncate(before);
+                return Err(VectorFileError::NotFinite { path: self.path.clone(), row: r, col, value });
+            }
+        }
+        Ok(())
+    }
+
+    /// All rows as `f32` (heap: rows x dim x 4 bytes).
+    pub fn read_all_f32(&self) -> Result<Vec<f32>> {
+        let mut v = Vec::new();
+        self.read_rows_f32(0, self.rows, &mut v)?;
+        Ok(v)
+    }
+
+    /// All rows of an integer file (`ivecs`, `.npy` of i32) as `i32`.
+    pub fn read_all_i32(&self) -> Result<Vec<i32>> {
+        if self.dtype != Dtype::I32 {
+            return Err(VectorFileError::WrongDtype { path: self.path.clone(), found: self.dtype, expected: "i32 ids" });
+        }
+        let mut out = Vec::with_capacity(self.rows * self.dim);
+        for r in 0..self.rows {
+            out.extend(self.row_bytes(r).chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))));
+        }
+        Ok(out)
+    }
+}
+
+fn write_texmex<T: Copy>(path: &Path, data: &[T], dim: usize, to_bytes: impl Fn(T, &mut Vec<u8>)) -> Result<()> {
+    if dim == 0 || data.len() % dim != 0 {
+        return Err(malformed(path, format!("cannot write {} values as rows of dimension {dim}", data.len())));
+    }
+    write_atomically(path, |w| {
+        let mut buf = Vec::with_capacity(4 + dim * 4);
+        for row in data.chunks_exact(dim) {
+            buf.clear();
+            buf.extend_from_slice(&(dim as i32).to_le_bytes());
+            row.iter().for_each(|&v| to_bytes(v, &mut buf));
+            w.write_all(&buf)?;
+        }
+        Ok(())
+    })
+    .map_err(|source| VectorFileError::Io { path: path.to_path_buf(), source })
+}
+
+/// Write `f32` rows as `.fvecs`.
+pub fn write_fvecs(path: &Path, data: &[f32], dim: usize) -> Result<()> {
+    write_texmex(path, data, dim, |v, b| b.extend_from_slice(&v.to_le_bytes()))
+}
+
+/// Write `i32` rows as `.ivecs`.
+pub fn write_ivecs(path: &Path, data: &[i32], dim: usize) -> Result<()> {
+    write_texmex(path, data, dim, |v, b| b.extend_from_slice(&v.to_le_bytes()))
+}
+
+/// Write `u8` rows as `.bvecs`.
+pub fn write_bvecs(path: &Path, data: &[u8], dim: usize) -> Result<()> {
+    write_texmex(path, data, dim, |v, b| b.push(v))
+}
+
+/// Typed data for [`write_npy`].
+pub enum NpyData<'a> {
+    F32(&'a [f32]),
+    F16(&'a [half::f16]),
+    U8(&'a [u8]),
+    I8(&'a [i8]),
+    I32(&'a [i32]),
+}
+
+/// Write a 2-d C-order `.npy` (format 1.0).
+pub fn write_npy(path: &Path, data: NpyData<'_>, dim: usize) -> Result<()> {
+    let (dtype, len, bytes): (Dtype, usize, &[u8]) = match data {
+        NpyData::F32(d) => (Dtype::F32, d.len(), bytemuck::cast_slice(d)),
+        NpyData::F16(d) => (Dtype::F16, d.len(), bytemuck::cast_slice(d)),
+        NpyData::U8(d) => (Dtype::U8, d.len(), d),
+        NpyData::I8(d) => (Dtype::I8, d.len(), bytemuck::cast_slice(d)),
+        NpyData::I32(d) => (Dtype::I32, d.len(), bytemuck::cast_slice(d)),
+    };
+    if dim == 0 || len % dim != 0 {
+        return Err(malformed(path, format!("cannot write {len} values as rows of dimension {dim}")));
+    }
+    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}", dtype.npy_descr(), len / dim, dim);
+    // Pad so that magic + version + length + header + newline is a multiple of 64.
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    write_atomically(path, |w| {
+        w.write_all(b"\x93NUMPY\x01\x00")?;
+        w.write_all(&(header.len() as u16).to_le_bytes())?;
+        w.write_all(header.as_bytes())?;
+        w.write_all(bytes)
+    })
+    .map_err(|source| VectorFileError::Io { path: path.to_path_buf(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_every_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<f32> = (0..60).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let p = dir.path().join("a.fvecs");
+        write_fvecs(&p, &data, 6).unwrap();
+        let f = VectorFile::open(&p).unwrap();
+        assert_eq!((f.rows(), f.dim(), f.dtype()), (10, 6, Dtype::F32));
+        assert_eq!(f.read_all_f32().unwrap(), data);
+        let mut part = Vec::new();
+        f.read_rows_f32(3, 2, &mut part).unwrap();
+        assert_eq!(part, data[18..30]);
+
+        let ids: Vec<i32> = (0..40).collect();
+        let p = dir.path().join("a.ivecs");
+        write_ivecs(&p, &ids, 4).unwrap();
+        assert_eq!(VectorFile::open(&p).unwrap().read_all_i32().unwrap(), ids);
+
+        let bytes: Vec<u8> = (0..=255).collect();
+        let p = dir.path().join("a.bvecs");
+        write_bvecs(&p, &bytes, 16).unwrap();
+        let f = VectorFile::open(&p).unwrap();
+        assert_eq!(f.read_all_f32().unwrap(), bytes.iter().map(|&b| b as f32).collect::<Vec<_>>());
+
+        for (name, d) in [
+            ("f32.npy", NpyData::F32(&data)),
+            ("i8.npy", NpyData::I8(&[-3i8, 4, 5, -128, 127, 0])),
+            ("u8.npy", NpyData::U8(&[1u8, 2, 3, 250, 0, 9])),
+        ] {
+            let p = dir.path().join(name);
+            write_npy(&p, d, 6).unwrap();
+            let f = VectorFile::open(&p).unwrap();
+            assert_eq!(f.dim(), 6);
+        }
+        let h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+        let p = dir.path().join("f16.npy");
+        write_npy(&p, NpyData::F16(&h), 6).unwrap();
+        assert_eq!(VectorFile::open(&p).unwrap().read_all_f32().unwrap(), data);
+        let p = dir.path().join("i32.npy");
+        write_npy(&p, NpyData::I32(&ids), 4).unwrap();
+        assert_eq!(VectorFile::open(&p).unwrap().read_all_i32().unwrap(), ids);
+    }
+
+    #[test]
+    fn bad_files_give_named_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.fvecs");
+        write_fvecs(&p, &[1.0; 12], 4).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes.truncate(bytes.len() - 3);
+        std::fs::write(&p, &bytes).unwrap();
+        let e = VectorFile::open(&p).unwrap_err().to_string();
+        assert!(e.contains("t.fvecs") && e.contains("truncated"), "{e}");
+
+        // dimension change mid-file: two records of dim 2, then one of dim 1 padded
+        let mut b = Vec::new();
+        for d in [2i32, 2] {
+            b.extend_from_slice(&d.to_le_bytes());
+            b.extend_from_slice(&[0u8; 8]);
+        }
+        b.extend_from_slice(&3i32.to_le_bytes());
+        b.extend_from_slice(&[0u8; 8]);
+        std::fs::write(&p, &b).unwrap();
+        let e = VectorFile::open(&p).unwrap_err().to_string();
+        assert!(e.contains("dimension changes mid-file"), "{e}");
+
+        write_fvecs(&p, &[1.0, f32::NAN, 2.0, 3.0], 2).unwrap();
+        let e = VectorFile::open(&p).unwrap().read_all_f32().unwrap_err().to_string();
+        assert!(e.contains("row 0, column 1") && e.contains("NaN"), "{e}");
+        write_fvecs(&p, &[1.0, 0.0, f32::INFINITY, 3.0], 2).unwrap();
+        let e = VectorFile::open(&p).unwrap().read_all_f32().unwrap_err().to_string();
+        assert!(e.contains("row 1, column 0") && e.contains("inf"), "{e}");
+
+        let p = dir.path().join("w.npy");
+        std::fs::write(&p, b"\x93NUMPY\x01\x00\x40\x00{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1), }          \n").unwrap();
+        let e = VectorFile::open(&p).unwrap_err().to_string();
+        assert!(e.contains("unsupported dtype '<f8'"), "{e}");
+        let p2 = dir.path().join("t.npy");
+        write_npy(&p2, NpyData::F32(&[1.0; 8]), 4).unwrap();
+        let mut b = std::fs::read(&p2).unwrap();
+        b.truncate(b.len() - 4);
+        std::fs::write(&p2, &b).unwrap();
+        let e = VectorFile::open(&p2).unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        let e = VectorFile::open(dir.path().join("x.txt")).unwrap_err().to_string();
+        assert!(e.contains("x.txt"), "{e}");
+        let p3 = dir.path().join("ids.ivecs");
+        write_ivecs(&p3, &[1, 2], 2).unwrap();
+        assert!(matches!(VectorFile::open(&p3).unwrap().read_all_f32(), Err(VectorFileError::WrongDtype { .. })));
+    }
+}

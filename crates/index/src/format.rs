@@ -78,17 +78,18 @@ pub enum VectorDtype {
 pub enum SectionKind {
     /// `f32 x dim`: data mean.
     Mean = 0,
-    /// `f32 x dim x (C*8b)`: all copies' projections, row-major, divided by sigma.
-    Projection,
-    /// `f32 x (C*8b)`: `mean^T Projection`.
-    Bias,
+    /// `f32 x dim x m`: principal directions, row-major.
+    Basis,
+    /// `f32 x m`: `mean^T Basis`.
+    BasisBias,
+    /// `f32 x m_c x (C*8b)`: all copies' rotations, row-major, divided by sigma.
+    Rotation,
     /// `f32 x (C*8b)`: shifts in lattice units.
     Shifts,
     /// `f32 x L`: spacings in units of sigma, ascending.
     Spacings,
-    /// `f32 x dim x w`: principal directions of the sketch, row-major.
-    SketchBasis,
-    /// `f32 x w`: one scale per sketch coordinate.
+    /// `f32 x w`: one scale per sketch coordinate (the first `w` principal
+    /// coordinates; those beyond `m` are zero).
     SketchScales,
     /// `i8 x n x w`: the sketch rows.
     Sketch,
@@ -109,11 +110,11 @@ pub enum SectionKind {
 impl SectionKind {
     pub const ALL: [SectionKind; 14] = [
         SectionKind::Mean,
-        SectionKind::Projection,
-        SectionKind::Bias,
+        SectionKind::Basis,
+        SectionKind::BasisBias,
+        SectionKind::Rotation,
         SectionKind::Shifts,
         SectionKind::Spacings,
-        SectionKind::SketchBasis,
         SectionKind::SketchScales,
         SectionKind::Sketch,
         SectionKind::Rows,
@@ -146,6 +147,10 @@ pub struct IndexHeader {
     pub input_dim: u32,
     /// Dimension stored (`input_dim + 1` for inner product).
     pub dim: u32,
+    /// Principal directions kept, `m` (<= dim).
+    pub basis_dim: u32,
+    /// Leading principal directions the copies draw from, `m_c` (<= m).
+    pub rotation_dim: u32,
     /// Copies `C`.
     pub copies: u32,
     /// E8 blocks per copy `b`.

@@ -34,11 +34,11 @@ pub struct IndexParts {
     /// Header fields; `sections` is filled in by [`Index::from_parts`].
     pub header: IndexHeader,
     pub mean: Vec<f32>,
-    pub projection: Vec<f32>,
-    pub bias: Vec<f32>,
+    pub basis: Vec<f32>,
+    pub basis_bias: Vec<f32>,
+    pub rotation: Vec<f32>,
     pub shifts: Vec<f32>,
     pub spacings: Vec<f32>,
-    pub sketch_basis: Vec<f32>,
     pub sketch_scales: Vec<f32>,
     pub sketch: Vec<i8>,
     pub rows: Vec<u32>,
@@ -109,11 +109,11 @@ fn section_bytes(parts: &IndexParts, kind: SectionKind) -> &[u8] {
     use SectionKind::*;
     match kind {
         Mean => bytemuck::cast_slice(&parts.mean),
-        Projection => bytemuck::cast_slice(&parts.projection),
-        Bias => bytemuck::cast_slice(&parts.bias),
+        Basis => bytemuck::cast_slice(&parts.basis),
+        BasisBias => bytemuck::cast_slice(&parts.basis_bias),
+        Rotation => bytemuck::cast_slice(&parts.rotation),
         Shifts => bytemuck::cast_slice(&parts.shifts),
         Spacings => bytemuck::cast_slice(&parts.spacings),
-        SketchBasis => bytemuck::cast_slice(&parts.sketch_basis),
         SketchScales => bytemuck::cast_slice(&parts.sketch_scales),
         Sketch => bytemuck::cast_slice(&parts.sketch),
         Rows => bytemuck::cast_slice(&parts.rows),
@@ -267,6 +267,11 @@ impl Index {
         let dim = h.dim as usize;
         let width = h.width();
         let sw = h.sketch_width as usize;
+        let m = h.basis_dim as usize;
+        let mc = h.rotation_dim as usize;
+        if m == 0 || m > dim || mc < 8 * h.blocks as usize || mc > m {
+            return Err(invalid(format!("basis of {m} and rotation of {mc} directions do not fit dimension {dim} and {} blocks", h.blocks)));
+        }
         if n == 0 || dim == 0 || h.copies == 0 || h.blocks == 0 || h.spacings == 0 || h.list_len == 0 || sw == 0 || h.row_len == 0 {
             return Err(invalid("a count in the header is zero".into()));
         }
@@ -289,11 +294,11 @@ impl Index {
         };
         use SectionKind::*;
         expect(Mean, Some(dim), 4)?;
-        expect(Projection, dim.checked_mul(width), 4)?;
-        expect(Bias, Some(width), 4)?;
+        expect(Basis, dim.checked_mul(m), 4)?;
+        expect(BasisBias, Some(m), 4)?;
+        expect(Rotation, mc.checked_mul(width), 4)?;
         expect(Shifts, Some(width), 4)?;
         expect(Spacings, Some(h.spacings as usize), 4)?;
-        expect(SketchBasis, dim.checked_mul(sw), 4)?;
         expect(SketchScales, Some(sw), 4)?;
         expect(Sketch, n.checked_mul(sw), 1)?;
         expect(Rows, n.checked_mul(h.row_len as usize), 4)?;
@@ -317,10 +322,10 @@ impl Index {
             }
         };
         finite(Mean, index.mean())?;
-        finite(Projection, index.projection())?;
-        finite(Bias, index.bias())?;
+        finite(Basis, index.basis())?;
+        finite(BasisBias, index.basis_bias())?;
+        finite(Rotation, index.rotation())?;
         finite(Shifts, index.shifts())?;
-        finite(SketchBasis, index.sketch_basis())?;
         finite(SketchScales, index.sketch_scales())?;
         if !index.spacings().windows(2).all(|p| p[0] < p[1]) || index.spacings().iter().any(|&s| !(s > 0.0 && s.is_finite())) {
             return Err(index.invalid("spacings must be positive and ascending".into()));
@@ -383,20 +388,20 @@ impl Index {
     pub fn mean(&self) -> &[f32] {
         self.section(SectionKind::Mean)
     }
-    pub fn projection(&self) -> &[f32] {
-        self.section(SectionKind::Projection)
+    pub fn basis(&self) -> &[f32] {
+        self.section(SectionKind::Basis)
     }
-    pub fn bias(&self) -> &[f32] {
-        self.section(SectionKind::Bias)
+    pub fn basis_bias(&self) -> &[f32] {
+        self.section(SectionKind::BasisBias)
+    }
+    pub fn rotation(&self) -> &[f32] {
+        self.section(SectionKind::Rotation)
     }
     pub fn shifts(&self) -> &[f32] {
         self.section(SectionKind::Shifts)
     }
     pub fn spacings(&self) -> &[f32] {
         self.section(SectionKind::Spacings)
-    }
-    pub fn sketch_basis(&self) -> &[f32] {
-        self.section(SectionKind::SketchBasis)
     }
     pub fn sketch_scales(&self) -> &[f32] {
         self.section(SectionKind::SketchScales)
@@ -444,14 +449,17 @@ impl Index {
         self.header.sections.iter().map(|s| (s.kind, s.len)).collect()
     }
 
-    /// Rebuild the copy map (projection, shifts, spacings) for projecting queries.
+    /// Rebuild the copy map (basis, rotations, shifts, spacings) for projecting
+    /// queries.
     pub fn copy_map(&self) -> octex_lattice::CopyMap {
         octex_lattice::CopyMap {
             dim: self.dim(),
             copies: self.header.copies as usize,
             blocks: self.header.blocks as usize,
-            projection: self.projection().to_vec(),
-            bias: self.bias().to_vec(),
+            basis: self.basis().to_vec(),
+            basis_dim: self.header.basis_dim as usize,
+            basis_bias: self.basis_bias().to_vec(),
+            rotation: self.rotation().to_vec(),
             shifts: self.shifts().to_vec(),
             spacings: self.spacings().to_vec(),
         }

@@ -1,6 +1,6 @@
 //! Vector files: `fvecs`, `bvecs`, `ivecs` (the TEXMEX formats: each record is a
 //! little-endian `i32` dimension followed by that many `f32`, `u8` or `i32`) and
-//! NumPy `.npy` (C order; `f32`, `f16`, `u8`, `i8`, `i32`).
+//! NumPy `.npy` (C or Fortran order; `f32`, `f16`, `u8`, `i8`, `i32`).
 //!
 //! Files are memory-mapped, so a 10 GB file needs no 10 GB of heap: read rows or
 //! chunks of rows as `f32` ([`VectorFile::read_rows_f32`]) and only they are
@@ -80,8 +80,9 @@ type Result<T> = std::result::Result<T, VectorFileError>;
 enum Layout {
     /// TEXMEX: each record carries its own 4-byte dimension.
     Texmex,
-    /// `.npy`: one header, then `n x d` contiguous values from `data_offset`.
-    Npy { data_offset: usize },
+    /// `.npy`: one header, then `n x d` values from `data_offset`, rows
+    /// contiguous (C order) or columns contiguous (Fortran order).
+    Npy { data_offset: usize, fortran: bool },
 }
 
 /// A memory-mapped, validated vector file.
@@ -194,9 +195,7 @@ impl VectorFile {
             other => return Err(malformed(path, format!("unsupported dtype '{other}' (supported: <f4, <f2, |u1, |i1, <i4)"))),
         };
         let fortran = field("fortran_order").ok_or_else(|| malformed(path, "npy header has no 'fortran_order'"))?;
-        if fortran.starts_with("True") {
-            return Err(malformed(path, "Fortran-order arrays are not supported; save in C order"));
-        }
+        let fortran = fortran.starts_with("True");
         let shape = field("shape").ok_or_else(|| malformed(path, "npy header has no 'shape'"))?;
         let close = shape.find(')').ok_or_else(|| malformed(path, "bad 'shape'"))?;
         let dims: Vec<usize> = shape[1..close]
@@ -218,7 +217,7 @@ impl VectorFile {
         if have > need {
             return Err(malformed(path, format!("{} trailing bytes after {rows} x {dim} {dtype}", have - need)));
         }
-        Ok((Layout::Npy { data_offset }, dtype, rows, dim))
+        Ok((Layout::Npy { data_offset, fortran }, dtype, rows, dim))
     }
 
     pub fn path(&self) -> &Path {
@@ -241,15 +240,26 @@ impl VectorFile {
         self.map.as_deref().unwrap_or(&[])
     }
 
-    /// Raw bytes of row `r` (without the TEXMEX dimension word).
-    fn row_bytes(&self, r: usize) -> &[u8] {
-        let w = self.dim * self.dtype.size();
+    /// Raw bytes of row `r` (without the TEXMEX dimension word); a Fortran-order
+    /// row is gathered into `scratch`.
+    fn row_bytes<'a>(&'a self, r: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        let es = self.dtype.size();
+        let w = self.dim * es;
         match self.layout {
             Layout::Texmex => {
                 let start = r * (4 + w) + 4;
                 &self.bytes()[start..start + w]
             }
-            Layout::Npy { data_offset } => &self.bytes()[data_offset + r * w..data_offset + (r + 1) * w],
+            Layout::Npy { data_offset, fortran: false } => &self.bytes()[data_offset + r * w..data_offset + (r + 1) * w],
+            Layout::Npy { data_offset, fortran: true } => {
+                scratch.clear();
+                let b = self.bytes();
+                for c in 0..self.dim {
+                    let at = data_offset + (c * self.rows + r) * es;
+                    scratch.extend_from_slice(&b[at..at + es]);
+                }
+                scratch
+            }
         }
     }
 
@@ -261,8 +271,9 @@ impl VectorFile {
         }
         let end = start.checked_add(count).filter(|&e| e <= self.rows).ok_or_else(|| malformed(&self.path, format!("rows {start}..{} asked, file has {}", start + count, self.rows)))?;
         out.reserve(count * self.dim);
+        let mut scratch = Vec::new();
         for r in start..end {
-            let b = self.row_bytes(r);
+            let b = self.row_bytes(r, &mut scratch);
             let before = out.len();
             match self.dtype {
                 Dtype::F32 => out.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))),
@@ -293,8 +304,9 @@ impl VectorFile {
             return Err(VectorFileError::WrongDtype { path: self.path.clone(), found: self.dtype, expected: "i32 ids" });
         }
         let mut out = Vec::with_capacity(self.rows * self.dim);
+        let mut scratch = Vec::new();
         for r in 0..self.rows {
-            out.extend(self.row_bytes(r).chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))));
+            out.extend(self.row_bytes(r, &mut scratch).chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))));
         }
         Ok(out)
     }
@@ -413,6 +425,27 @@ mod tests {
         let p = dir.path().join("i32.npy");
         write_npy(&p, NpyData::I32(&ids), 4).unwrap();
         assert_eq!(VectorFile::open(&p).unwrap().read_all_i32().unwrap(), ids);
+    }
+
+    #[test]
+    fn reads_fortran_order_npy() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.npy");
+        // 2 x 3 array [[1,2,3],[4,5,6]] stored column by column.
+        let mut header = "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }".to_string();
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        b.extend_from_slice(header.as_bytes());
+        for v in [1f32, 4.0, 2.0, 5.0, 3.0, 6.0] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        std::fs::write(&p, &b).unwrap();
+        let f = VectorFile::open(&p).unwrap();
+        assert_eq!(f.read_all_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     }
 
     #[test]

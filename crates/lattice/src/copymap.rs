@@ -1,13 +1,17 @@
 //! The copy map: how a vector becomes a fragment in each copy of the index.
 //!
-//! Copy `c` owns a `D x 8b` projection `U_c = P Q_c / sigma`, where `P` holds the
-//! top principal directions of the data (`D x m`, orthonormal columns), `Q_c` is a
-//! random `m x 8b` matrix with orthonormal columns (QR of a Gaussian matrix by
-//! modified Gram-Schmidt in `f64`, drawn from ChaCha8 on stream `c`) and `sigma` is
-//! the standard deviation of the projected coordinates (a scalar: random rotations
-//! mix the principal directions, so per-coordinate scales gain nothing). The
-//! *projected* coordinates of `x` in copy `c` are `z = U_c^T (x - mu)`, computed for
-//! all copies at once as one matrix product `x^T W - bias` with `W = [U_1 .. U_C]`.
+//! The data's top principal directions `P` (`D x m`, orthonormal columns) give
+//! every vector its principal coordinates `pc(x) = P^T (x - mu)`. Copy `c` owns a
+//! random `m_c x 8b` matrix `Q_c` with orthonormal columns drawn from the top
+//! `m_c <= m` of them (QR of a Gaussian matrix by modified Gram-Schmidt in `f64`,
+//! ChaCha8 on stream `c`), and its projected coordinates are
+//! `z = Q_c^T pc(x)[..m_c] / sigma`, sigma being the standard deviation of a
+//! projected coordinate (a scalar: random rotations mix the principal directions,
+//! so per-coordinate scales gain nothing). All copies at once are two matrix
+//! products: `pc = x P - mu P` (`D x m`), then `z = pc[.., ..m_c] R` with
+//! `R = [Q_1 .. Q_C] / sigma` (`m_c x 32C`) — `D x m + m_c x 32C` multiply-adds
+//! per vector instead of `D x 32C`. The principal coordinates are also what the
+//! int8 sketch quantises.
 //!
 //! At spacing `f` the lattice coordinates are `y = z * (1/f) + t_c`, with the shift
 //! `t_c` uniform in `[0, 2)^8b` (lattice units; `2Z^8` is a sublattice of E8, so
@@ -41,17 +45,22 @@ impl Default for CopyMapParams {
     }
 }
 
-/// The projections, shifts and spacings of all copies (see the module doc).
+/// The principal basis, rotations, shifts and spacings of all copies (see the
+/// module doc).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CopyMap {
     /// Input dimension `D`.
     pub dim: usize,
     pub copies: usize,
     pub blocks: usize,
-    /// `W`, `D x (C * 8b)`, row-major; already divided by sigma.
-    pub projection: Vec<f32>,
-    /// `mu^T W`, length `C * 8b`.
-    pub bias: Vec<f32>,
+    /// Principal directions `P`, `D x m` row-major.
+    pub basis: Vec<f32>,
+    /// `m`.
+    pub basis_dim: usize,
+    /// `mu^T P`, length `m`.
+    pub basis_bias: Vec<f32>,
+    /// `R`, `m_c x (C * 8b)` row-major, already divided by sigma.
+    pub rotation: Vec<f32>,
     /// Shifts in lattice units, `C x 8b`.
     pub shifts: Vec<f32>,
     /// Spacings in units of sigma, ascending.
@@ -87,39 +96,39 @@ pub fn random_orthonormal(m: usize, k: usize, rng: &mut GaussianRng) -> Vec<f64>
 }
 
 impl CopyMap {
-    /// Draw the copies. `basis` is `D x m` row-major with orthonormal columns
-    /// (`8b <= m <= D`), `sigma > 0` the scale of the projected coordinates.
-    pub fn random(mean: &[f32], basis: &[f64], m: usize, sigma: f64, params: &CopyMapParams, spacings: Vec<f32>) -> Self {
+    /// Draw the copies. `basis` is `D x m` row-major with orthonormal columns,
+    /// `mean` the data mean, `m_c` (`8b <= m_c <= m`) how many leading principal
+    /// directions the copies draw from, `sigma > 0` the scale of a projected
+    /// coordinate.
+    pub fn random(mean: &[f32], basis: &[f64], m: usize, m_c: usize, sigma: f64, params: &CopyMapParams, spacings: Vec<f32>) -> Self {
         let dim = mean.len();
         let cd = BLOCK_DIM * params.blocks;
         assert_eq!(basis.len(), dim * m, "basis must be D x m");
-        assert!(cd <= m, "a copy needs {cd} directions but the basis has {m}");
+        assert!(cd <= m_c && m_c <= m, "a copy needs {cd} <= m_c = {m_c} <= m = {m}");
         assert!(sigma > 0.0 && sigma.is_finite());
         let width = params.copies * cd;
-        let mut projection = vec![0f32; dim * width];
+        let mut rotation = vec![0f32; m_c * width];
         let mut shifts = vec![0f32; width];
         for c in 0..params.copies {
             let mut rng = GaussianRng::new(params.seed, c as u64 + 1);
-            let q = random_orthonormal(m, cd, &mut rng);
-            for i in 0..dim {
+            let q = random_orthonormal(m_c, cd, &mut rng);
+            for t in 0..m_c {
                 for j in 0..cd {
-                    let mut acc = 0.0;
-                    for t in 0..m {
-                        acc += basis[i * m + t] * q[t * cd + j];
-                    }
-                    projection[i * width + c * cd + j] = (acc / sigma) as f32;
+                    rotation[t * width + c * cd + j] = (q[t * cd + j] / sigma) as f32;
                 }
             }
             for j in 0..cd {
                 shifts[c * cd + j] = (2.0 * rng.uniform()) as f32;
             }
         }
-        let mut bias = vec![0f32; width];
-        for (j, b) in bias.iter_mut().enumerate() {
-            let acc: f64 = (0..dim).map(|i| mean[i] as f64 * projection[i * width + j] as f64).sum();
-            *b = acc as f32;
-        }
-        Self { dim, copies: params.copies, blocks: params.blocks, projection, bias, shifts, spacings }
+        let basis32: Vec<f32> = basis.iter().map(|&v| v as f32).collect();
+        let basis_bias = (0..m).map(|j| (0..dim).map(|i| mean[i] as f64 * basis[i * m + j]).sum::<f64>() as f32).collect();
+        Self { dim, copies: params.copies, blocks: params.blocks, basis: basis32, basis_dim: m, basis_bias, rotation, shifts, spacings }
+    }
+
+    /// `m_c`, the principal directions the copies draw from.
+    pub fn rotation_dim(&self) -> usize {
+        self.rotation.len() / self.width().max(1)
     }
 
     /// Dimensions of one copy's projection, `8b`.
@@ -132,10 +141,35 @@ impl CopyMap {
         self.copies * self.copy_dim()
     }
 
-    /// Project `n` row-major vectors (`n x D`) into all copies: `out` is `n x width`.
-    /// `parallel` lets faer use the rayon pool.
-    pub fn project_batch(&self, xs: &[f32], out: &mut [f32], parallel: bool) {
-        project_rows(xs, self.dim, &self.projection, &self.bias, out, parallel);
+    /// Principal coordinates (`n x m`) of `n` row-major vectors (`n x D`).
+    pub fn principal(&self, xs: &[f32], pcs: &mut [f32], parallel: bool) {
+        project_rows(xs, self.dim, &self.basis, &self.basis_bias, pcs, parallel);
+    }
+
+    /// Project into all copies: `z` (`n x width`) from principal coordinates
+    /// (`n x m`, as [`CopyMap::principal`] gives them).
+    pub fn rotate(&self, pcs: &[f32], z: &mut [f32], parallel: bool) {
+        let m = self.basis_dim;
+        let mc = self.rotation_dim();
+        let n = pcs.len() / m.max(1);
+        let width = self.width();
+        assert_eq!(z.len(), n * width);
+        if n == 0 {
+            return;
+        }
+        let a = faer::MatRef::from_row_major_slice(pcs, n, m).subcols(0, mc);
+        let b = faer::MatRef::from_row_major_slice(&self.rotation, mc, width);
+        let c = faer::MatMut::from_row_major_slice_mut(z, n, width);
+        faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0f32, par(parallel));
+    }
+
+    /// Project `n` row-major vectors (`n x D`) into all copies: `z` is `n x width`;
+    /// `pcs` receives the principal coordinates (`n x m`, resized).
+    pub fn project_batch(&self, xs: &[f32], pcs: &mut Vec<f32>, z: &mut [f32], parallel: bool) {
+        let n = xs.len() / self.dim.max(1);
+        pcs.resize(n * self.basis_dim, 0.0);
+        self.principal(xs, pcs, parallel);
+        self.rotate(pcs, z, parallel);
     }
 
     /// Lattice coordinates of one copy's projected vector `z` at spacing index `s`,
@@ -178,6 +212,14 @@ impl CopyMap {
     }
 }
 
+fn par(parallel: bool) -> faer::Par {
+    if parallel {
+        faer::Par::rayon(0)
+    } else {
+        faer::Par::Seq
+    }
+}
+
 /// `out (n x k) = xs (n x d) * w (d x k) - bias`, row-major, through faer.
 pub fn project_rows(xs: &[f32], d: usize, w: &[f32], bias: &[f32], out: &mut [f32], parallel: bool) {
     let k = bias.len();
@@ -191,8 +233,7 @@ pub fn project_rows(xs: &[f32], d: usize, w: &[f32], bias: &[f32], out: &mut [f3
     let a = faer::MatRef::from_row_major_slice(xs, n, d);
     let b = faer::MatRef::from_row_major_slice(w, d, k);
     let c = faer::MatMut::from_row_major_slice_mut(out, n, k);
-    let par = if parallel { faer::Par::rayon(0) } else { faer::Par::Seq };
-    faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0f32, par);
+    faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0f32, par(parallel));
     for row in out.chunks_exact_mut(k) {
         row.iter_mut().zip(bias).for_each(|(v, b)| *v -= b);
     }
@@ -210,16 +251,28 @@ mod tests {
         b
     }
 
+    /// The effective `D x width` projection `P R`.
+    fn effective(map: &CopyMap) -> Vec<f64> {
+        let (d, m, mc, w) = (map.dim, map.basis_dim, map.rotation_dim(), map.width());
+        let mut out = vec![0.0; d * w];
+        for i in 0..d {
+            for j in 0..w {
+                out[i * w + j] = (0..mc).map(|t| map.basis[i * m + t] as f64 * map.rotation[t * w + j] as f64).sum();
+            }
+        }
+        out
+    }
+
     #[test]
     fn projection_columns_are_orthonormal_per_copy() {
         let d = 70;
-        let m = 64;
-        let map = CopyMap::random(&vec![0.0; d], &identity_basis(d, m), m, 1.0, &CopyMapParams { copies: 5, blocks: 4, seed: 9 }, vec![1.0]);
+        let map = CopyMap::random(&vec![0.0; d], &identity_basis(d, 64), 64, 64, 1.0, &CopyMapParams { copies: 5, blocks: 4, seed: 9 }, vec![1.0]);
         let w = map.width();
+        let u = effective(&map);
         for c in 0..map.copies {
             for a in 0..32 {
                 for b in 0..32 {
-                    let dot: f64 = (0..d).map(|i| map.projection[i * w + c * 32 + a] as f64 * map.projection[i * w + c * 32 + b] as f64).sum();
+                    let dot: f64 = (0..d).map(|i| u[i * w + c * 32 + a] * u[i * w + c * 32 + b]).sum();
                     let want = if a == b { 1.0 } else { 0.0 };
                     assert!((dot - want).abs() < 1e-5, "copy {c} cols {a},{b}: {dot}");
                 }
@@ -233,11 +286,11 @@ mod tests {
         let d = 40;
         let basis = identity_basis(d, 32);
         let p = CopyMapParams { copies: 3, blocks: 4, seed: 1 };
-        let a = CopyMap::random(&vec![0.5; d], &basis, 32, 2.0, &p, vec![1.0, 2.0]);
-        let b = CopyMap::random(&vec![0.5; d], &basis, 32, 2.0, &p, vec![1.0, 2.0]);
+        let a = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &p, vec![1.0, 2.0]);
+        let b = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &p, vec![1.0, 2.0]);
         assert_eq!(a, b);
-        let c = CopyMap::random(&vec![0.5; d], &basis, 32, 2.0, &CopyMapParams { seed: 2, ..p }, vec![1.0, 2.0]);
-        assert_ne!(a.projection, c.projection);
+        let c = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &CopyMapParams { seed: 2, ..p }, vec![1.0, 2.0]);
+        assert_ne!(a.rotation, c.rotation);
     }
 
     #[test]
@@ -245,16 +298,18 @@ mod tests {
         let d = 33;
         let basis = identity_basis(d, 32);
         let mean: Vec<f32> = (0..d).map(|i| i as f32 * 0.01).collect();
-        let map = CopyMap::random(&mean, &basis, 32, 0.5, &CopyMapParams { copies: 2, blocks: 4, seed: 4 }, vec![0.7, 1.5]);
+        let map = CopyMap::random(&mean, &basis, 32, 32, 0.5, &CopyMapParams { copies: 2, blocks: 4, seed: 4 }, vec![0.7, 1.5]);
         let mut rng = GaussianRng::new(5, 0);
         let n = 17;
         let xs: Vec<f32> = (0..n * d).map(|_| rng.normal() as f32).collect();
         let mut out = vec![0f32; n * map.width()];
-        map.project_batch(&xs, &mut out, false);
+        let mut pcs = Vec::new();
+        map.project_batch(&xs, &mut pcs, &mut out, false);
         let w = map.width();
+        let u = effective(&map);
         for r in 0..n {
             for j in 0..w {
-                let want: f64 = (0..d).map(|i| (xs[r * d + i] - mean[i]) as f64 * map.projection[i * w + j] as f64).sum();
+                let want: f64 = (0..d).map(|i| (xs[r * d + i] - mean[i]) as f64 * u[i * w + j]).sum();
                 assert!((want - out[r * w + j] as f64).abs() < 1e-4);
             }
             for c in 0..2 {

@@ -24,13 +24,26 @@ pub trait LatticeFloat: Copy + PartialOrd + core::ops::Sub<Output = Self> + core
 }
 
 macro_rules! impl_lattice_float {
-    ($t:ty) => {
+    ($t:ty, $int:ty) => {
         impl LatticeFloat for $t {
             const HALF: Self = 0.5;
             const ZERO: Self = 0.0;
+            /// Inline floor (the baseline x86-64 target lacks `roundps`, and a libm
+            /// call per coordinate costs more than the decoder itself). Values
+            /// beyond the mantissa's integer range are already integers.
             #[inline(always)]
             fn floor(self) -> Self {
-                <$t>::floor(self)
+                const INT_LIMIT: $t = (1u64 << (<$t>::MANTISSA_DIGITS - 1)) as $t;
+                // f32: |x| < 2^23 fits the i32 conversion; f64: 2^52 fits i64.
+                if !(self.abs() < INT_LIMIT) {
+                    return self;
+                }
+                let t = self as $int as $t;
+                if t > self {
+                    t - 1.0
+                } else {
+                    t
+                }
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -47,12 +60,12 @@ macro_rules! impl_lattice_float {
         }
     };
 }
-impl_lattice_float!(f32);
-impl_lattice_float!(f64);
+impl_lattice_float!(f32, i32);
+impl_lattice_float!(f64, i64);
 
 /// Nearest point of D8 (integer vectors with an even sum) to `x`, as plain
 /// (not doubled) integer coordinates, with the squared distance to it.
-#[inline]
+#[inline(always)]
 pub fn decode_d8_plain<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     let mut f = [0i32; 8];
     let mut sum = 0i32;
@@ -90,7 +103,7 @@ pub fn decode_d8<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
 
 /// Nearest point of E8 to `x`, as doubled coordinates (all even or all odd),
 /// with the squared distance (never above the covering radius squared, 1).
-#[inline]
+#[inline(always)]
 pub fn decode_e8<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     let (a, da) = decode_d8_plain(x);
     let shifted = x.map(|v| v - T::HALF);

@@ -1,0 +1,172 @@
+//! Exact k nearest neighbours by blocked matrix products (faer) on all cores.
+//!
+//! Used for ground truth and for the exact neighbour rows of small indexes. Queries
+//! are cut into blocks of [`QUERY_BLOCK`] rows, the base into blocks of
+//! [`BASE_BLOCK`]; each pair of blocks is one GEMM, after which every row keeps its
+//! `k` best in a sorted array (a candidate costs one comparison unless it enters).
+
+use rayon::prelude::*;
+
+/// How exact search scores a pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnnMetric {
+    /// Squared Euclidean distance.
+    L2,
+    /// Negative inner product (the largest inner product is nearest).
+    NegDot,
+}
+
+pub const QUERY_BLOCK: usize = 256;
+pub const BASE_BLOCK: usize = 4096;
+
+/// The `k` best `(distance, id)` of one query, ascending.
+#[derive(Clone, Debug)]
+pub struct TopK {
+    k: usize,
+    dist: Vec<f32>,
+    ids: Vec<u32>,
+}
+
+impl TopK {
+    pub fn new(k: usize) -> Self {
+        Self { k, dist: Vec::with_capacity(k + 1), ids: Vec::with_capacity(k + 1) }
+    }
+    #[inline]
+    pub fn worst(&self) -> f32 {
+        if self.dist.len() < self.k {
+            f32::INFINITY
+        } else {
+            self.dist[self.k - 1]
+        }
+    }
+    /// Offer a candidate; ties keep the smaller id first.
+    #[inline]
+    pub fn push(&mut self, d: f32, id: u32) {
+        if d >= self.worst() || self.k == 0 {
+            return;
+        }
+        let mut pos = self.dist.len();
+        while pos > 0 && (self.dist[pos - 1] > d || (self.dist[pos - 1] == d && self.ids[pos - 1] > id)) {
+            pos -= 1;
+        }
+        self.dist.insert(pos, d);
+        self.ids.insert(pos, id);
+        if self.dist.len() > self.k {
+            self.dist.pop();
+            self.ids.pop();
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.dist.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.dist.is_empty()
+    }
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+    pub fn distances(&self) -> &[f32] {
+        &self.dist
+    }
+}
+
+/// Exact `k` nearest base rows of every query. Returns `(ids, distances)`, both
+/// `nq x k` row-major, nearest first; missing entries (k > n) are `u32::MAX` and
+/// infinity. With `exclude_self`, query `i` is base row `i` and never its own
+/// neighbour (for neighbour rows). `on_block` is called once per finished query
+/// block with its row count (progress).
+pub fn exact_knn(
+    base: &[f32],
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+    metric: KnnMetric,
+    exclude_self: bool,
+    on_block: &(dyn Fn(usize) + Sync),
+) -> (Vec<u32>, Vec<f32>) {
+    assert!(dim > 0 && base.len() % dim == 0 && queries.len() % dim == 0);
+    let n = base.len() / dim;
+    let nq = queries.len() / dim;
+    let norms = |v: &[f32]| -> Vec<f32> { v.par_chunks(dim).map(|r| r.iter().map(|x| x * x).sum()).collect() };
+    let base_norms = norms(base);
+    let mut ids = vec![u32::MAX; nq * k];
+    let mut dists = vec![f32::INFINITY; nq * k];
+    ids.par_chunks_mut(QUERY_BLOCK * k).zip(dists.par_chunks_mut(QUERY_BLOCK * k)).enumerate().for_each(|(b, (ids_out, d_out))| {
+        let q0 = b * QUERY_BLOCK;
+        let qn = (nq - q0).min(QUERY_BLOCK);
+        let q = &queries[q0 * dim..(q0 + qn) * dim];
+        let qnorm: Vec<f32> = q.chunks(dim).map(|r| r.iter().map(|x| x * x).sum()).collect();
+        let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
+        let mut dots = vec![0f32; qn * BASE_BLOCK];
+        let qm = faer::MatRef::from_row_major_slice(q, qn, dim);
+        for b0 in (0..n).step_by(BASE_BLOCK) {
+            let bn = (n - b0).min(BASE_BLOCK);
+            let bm = faer::MatRef::from_row_major_slice(&base[b0 * dim..(b0 + bn) * dim], bn, dim);
+            let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
+            faer::linalg::matmul::matmul(out, faer::Accum::Replace, qm, bm.transpose(), 1.0f32, faer::Par::Seq);
+            for (r, top) in tops.iter_mut().enumerate() {
+                let row = &dots[r * bn..(r + 1) * bn];
+                let self_id = if exclude_self { q0 + r } else { usize::MAX };
+                match metric {
+                    KnnMetric::L2 => {
+                        let qn2 = qnorm[r];
+                        let bnorm = &base_norms[b0..b0 + bn];
+                        for (j, (&dot, &bn2)) in row.iter().zip(bnorm).enumerate() {
+                            let d = (qn2 + bn2 - 2.0 * dot).max(0.0);
+                            if d < top.worst() && b0 + j != self_id {
+                                top.push(d, (b0 + j) as u32);
+                            }
+                        }
+                    }
+                    KnnMetric::NegDot => {
+                        for (j, &dot) in row.iter().enumerate() {
+                            if -dot < top.worst() && b0 + j != self_id {
+                                top.push(-dot, (b0 + j) as u32);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (r, top) in tops.iter().enumerate() {
+            ids_out[r * k..r * k + top.len()].copy_from_slice(top.ids());
+            d_out[r * k..r * k + top.len()].copy_from_slice(top.distances());
+        }
+        on_block(qn);
+    });
+    (ids, dists)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_brute_force_and_excludes_self() {
+        let dim = 7;
+        let n = 700;
+        let mut s = 1u64;
+        let mut next = || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+        };
+        let base: Vec<f32> = (0..n * dim).map(|_| next()).collect();
+        let k = 5;
+        let (ids, d) = exact_knn(&base, &base, dim, k, KnnMetric::L2, true, &|_| {});
+        for i in 0..n {
+            let mut all: Vec<(f32, u32)> = (0..n)
+                .filter(|&j| j != i)
+                .map(|j| ((0..dim).map(|t| (base[i * dim + t] - base[j * dim + t]).powi(2)).sum(), j as u32))
+                .collect();
+            all.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            for t in 0..k {
+                assert!((all[t].0 - d[i * k + t]).abs() < 1e-4);
+                // ids agree up to distance ties
+                assert!(ids[i * k + t] == all[t].1 || (all[t].0 - d[i * k + t]).abs() < 1e-6);
+            }
+            assert!(!ids[i * k..(i + 1) * k].contains(&(i as u32)));
+        }
+        let (ids, _) = exact_knn(&base[..3 * dim], &base[..dim], dim, 5, KnnMetric::NegDot, false, &|_| {});
+        assert_eq!(ids[3..], [u32::MAX, u32::MAX]);
+    }
+}

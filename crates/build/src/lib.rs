@@ -1,0 +1,361 @@
+//! # octex-build
+//!
+//! Builds an OctEx index from vectors on the CPU (all cores, `rayon`):
+//!
+//! 1. metric preparation (cosine: normalise; inner product: append
+//!    `sqrt(M^2 - |x|^2)`, see `octex_index::Metric`);
+//! 2. mean and principal basis on a sample ([`pca`], faer), scale sigma;
+//! 3. the copy map ([`octex_lattice::CopyMap`]) with spacings chosen from the
+//!    data ([`spacing`]);
+//! 4. fragment ripples of every copy by sorting ([`ripples`]);
+//! 5. the int8 sketch ([`sketch`]);
+//! 6. neighbour rows: exact k-NN ([`knn`]) with reverse entries ([`rows`]);
+//! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
+//!
+//! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
+//! build-index` drives it. Parameters are [`BuildParams`], with defaults that
+//! scale with `n` and `D` and a size estimate callable before building.
+
+pub mod knn;
+pub mod params;
+pub mod pca;
+pub mod ripples;
+pub mod rows;
+pub mod sketch;
+pub mod spacing;
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use octex_index::{Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, TableEntry, VectorDtype};
+use octex_lattice::{CopyMap, CopyMapParams};
+use rayon::prelude::*;
+use serde::Serialize;
+
+pub use params::{BuildParams, ResolvedParams, RowMethod, SizeEstimate};
+
+/// Why a build refused its input.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("no vectors to index")]
+    Empty,
+    #[error("{len} values are not a whole number of vectors of dimension {dim}")]
+    Ragged { len: usize, dim: usize },
+    #[error("dimension {dim} is too small: octex needs at least 8 (one E8 block)")]
+    TooFewDims { dim: usize },
+    #[error("vector {row}, coordinate {col} is {value}: vectors must be finite")]
+    NotFinite { row: usize, col: usize, value: f32 },
+    #[error("vector {row} has zero norm and cannot be normalised for the cosine metric")]
+    ZeroVector { row: usize },
+    #[error("{n} vectors exceed the u32 id space")]
+    TooMany { n: usize },
+    #[error("invalid parameter: {0}")]
+    Param(String),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// What a build measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BuildReport {
+    /// Seconds per phase, in order.
+    pub phases: Vec<(String, f64)>,
+    pub params: Option<ResolvedParams>,
+    pub spacings: Vec<f32>,
+    /// Share of vectors whose copy-0 fragment holds another vector, per spacing.
+    pub spacing_hit_rates: Vec<f64>,
+    /// Median fragment size of a vector, per spacing.
+    pub spacing_median_sizes: Vec<usize>,
+    /// Stored fragments per spacing, over all copies.
+    pub fragments: Vec<usize>,
+    /// Of those, completed from the coarser spacing.
+    pub short_fragments: Vec<usize>,
+    pub key_collisions: usize,
+    pub sizes: SizeEstimate,
+}
+
+impl BuildReport {
+    fn phase<T>(&mut self, name: &str, f: impl FnOnce() -> T) -> T {
+        let span = tracing::info_span!("build_phase", phase = name);
+        let _g = span.enter();
+        let t = Instant::now();
+        let out = f();
+        let secs = t.elapsed().as_secs_f64();
+        tracing::info!(phase = name, seconds = secs, "phase done");
+        self.phases.push((name.to_string(), secs));
+        out
+    }
+    pub fn total_seconds(&self) -> f64 {
+        self.phases.iter().map(|p| p.1).sum()
+    }
+}
+
+fn bar(len: usize, msg: &'static str, enabled: bool) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len as u64);
+    b.set_style(ProgressStyle::with_template("{msg:>14} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    b.set_message(msg);
+    b
+}
+
+/// Check and prepare the vectors for `metric`: finite, normalised (cosine) or
+/// augmented (inner product). Returns the stored vectors, their dimension and,
+/// for inner product, the largest norm.
+pub fn prepare(data: &[f32], dim: usize, metric: Metric) -> Result<(Cow<'_, [f32]>, usize, f32), BuildError> {
+    if dim == 0 || data.len() % dim != 0 {
+        return Err(BuildError::Ragged { len: data.len(), dim });
+    }
+    if data.is_empty() {
+        return Err(BuildError::Empty);
+    }
+    if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+        return Err(BuildError::NotFinite { row: i / dim, col: i % dim, value: data[i] });
+    }
+    let n = data.len() / dim;
+    if n >= octex_index::PAD_ID as usize {
+        return Err(BuildError::TooMany { n });
+    }
+    match metric {
+        Metric::L2 => Ok((Cow::Borrowed(data), dim, 0.0)),
+        Metric::Cosine => {
+            let mut out = data.to_vec();
+            for (row, r) in out.chunks_exact_mut(dim).enumerate() {
+                let norm = r.iter().map(|v| v * v).sum::<f32>().sqrt();
+                if norm == 0.0 {
+                    return Err(BuildError::ZeroVector { row });
+                }
+                r.iter_mut().for_each(|v| *v /= norm);
+            }
+            Ok((Cow::Owned(out), dim, 0.0))
+        }
+        Metric::InnerProduct => {
+            let norms: Vec<f32> = data.chunks_exact(dim).map(|r| r.iter().map(|v| v * v).sum::<f32>()).collect();
+            let max2 = norms.iter().cloned().fold(0.0f32, f32::max);
+            let mut out = Vec::with_capacity(n * (dim + 1));
+            for (r, &n2) in data.chunks_exact(dim).zip(&norms) {
+                out.extend_from_slice(r);
+                out.push((max2 - n2).max(0.0).sqrt());
+            }
+            Ok((Cow::Owned(out), dim + 1, max2.sqrt()))
+        }
+    }
+}
+
+/// A built index and what the build measured.
+pub struct Built {
+    pub index: Index,
+    pub report: BuildReport,
+}
+
+/// Build an index over `data` (`n x dim`, row-major).
+pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> Result<Built, BuildError> {
+    let mut report = BuildReport::default();
+    let (stored, sdim, max_norm) = report.phase("prepare", || prepare(data, dim, metric))?;
+    let n = stored.len() / sdim;
+    if sdim < 8 {
+        return Err(BuildError::TooFewDims { dim });
+    }
+    let p = params.resolve(n, sdim);
+    if p.blocks == 0 || 8 * p.blocks > sdim.min(64) {
+        return Err(BuildError::Param(format!("{} blocks need {} dimensions, the data has {sdim}", p.blocks, 8 * p.blocks)));
+    }
+    if p.copies == 0 || p.list_len == 0 || p.sketch_width % 16 != 0 || p.sketch_width == 0 {
+        return Err(BuildError::Param("copies and list_len must be positive, sketch_width a positive multiple of 16".into()));
+    }
+    let x: &[f32] = &stored;
+
+    // PCA: the copies draw from the top-64 subspace, the sketch needs the top w.
+    let m_copy = sdim.min(64);
+    let m = m_copy.max(p.sketch_width.min(sdim));
+    let sample = pca::sample_rows(n, p.pca_sample, p.seed);
+    let pca = report.phase("pca", || pca::fit(x, sdim, &sample, m));
+    let sigma = (pca.variances[..m_copy].iter().sum::<f64>() / m_copy as f64).sqrt().max(1e-12);
+    let map_params = CopyMapParams { copies: p.copies, blocks: p.blocks, seed: p.seed };
+    let mut map = CopyMap::random(&pca.mean, &pca.basis, m, m_copy, sigma, &map_params, vec![1.0]);
+    // Principal coordinates of every vector: the input of every copy's
+    // projection and, in their first w columns, of the sketch.
+    let pcs = report.phase("principal_coords", || {
+        let mut pcs = vec![0f32; n * m];
+        map.principal(x, &mut pcs, true);
+        pcs
+    });
+
+    // Spacings, from copy 0 over (a sample of) the data.
+    let choice = report.phase("spacings", || {
+        if let Some(s) = &p.spacings {
+            return spacing::SpacingChoice { spacings: s.clone(), hit_rates: vec![], median_sizes: vec![] };
+        }
+        let probe = pca::sample_rows(n, spacing::PROBE_ROWS, p.seed ^ 0x5eed);
+        let z0 = project_copy(&pcs, &map, 0, Some(&probe));
+        spacing::choose(&map, &z0, p.min_fragment, p.list_len, p.finest_hit_rate, p.spacing_ratio, p.max_spacings)
+    });
+    if choice.spacings.is_empty() || !choice.spacings.windows(2).all(|w| w[0] < w[1]) || choice.spacings.iter().any(|&s| !(s > 0.0)) {
+        return Err(BuildError::Param(format!("spacings must be positive and ascending, got {:?}", choice.spacings)));
+    }
+    map.spacings = choice.spacings.clone();
+    tracing::info!(spacings = ?map.spacings, hit_rates = ?choice.hit_rates, median_sizes = ?choice.median_sizes, "spacings chosen");
+    let nsp = map.spacings.len();
+
+    // Fragment ripples, copy by copy.
+    let pb = bar(p.copies, "ripples", params.progress);
+    let per_copy: Vec<Vec<ripples::SpacingRipples>> = report.phase("ripples", || {
+        (0..p.copies)
+            .into_par_iter()
+            .map(|c| {
+                let z = project_copy(&pcs, &map, c, None);
+                let r = ripples::build_copy(&map, c, &z, p.list_len, p.min_fragment);
+                pb.inc(1);
+                r
+            })
+            .collect()
+    });
+    pb.finish_and_clear();
+
+    // Sketch: the first w principal coordinates (zero beyond m).
+    let w = p.sketch_width;
+    let (sketch_scales, sketch_rows) = report.phase("sketch", || {
+        let coords: Vec<f32> = pcs.par_chunks(m).flat_map_iter(|r| (0..w).map(move |j| if j < m { r[j] } else { 0.0 })).collect();
+        let sampled: Vec<f32> = sample.iter().flat_map(|&r| coords[r * w..(r + 1) * w].to_vec()).collect();
+        let scales = sketch::fit_scales(&sampled, w);
+        let rows = sketch::encode(&coords, &scales);
+        (scales, rows)
+    });
+    drop(pcs);
+
+    // Neighbour rows.
+    let shape = rows::RowShape { row_len: p.row_len, forward_head: p.forward_head, reverse_max: p.reverse_max, reverse_source: p.reverse_source };
+    let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
+    let pb = bar(n, "neighbour rows", params.progress);
+    let nrows = report.phase("neighbour_rows", || {
+        let (ids, dists) = knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| pb.inc(done as u64));
+        rows::assemble(&ids, &dists, k_fwd, shape)
+    });
+    pb.finish_and_clear();
+
+    report.fragments = vec![0; nsp];
+    report.short_fragments = vec![0; nsp];
+    for copy in &per_copy {
+        for (s, sr) in copy.iter().enumerate() {
+            report.fragments[s] += sr.keys.len();
+            report.short_fragments[s] += sr.short;
+            report.key_collisions += sr.collisions;
+        }
+    }
+    // Assemble.
+    let index = report.phase("assemble", || -> Result<Index, BuildError> {
+        let mut tables = Vec::with_capacity(p.copies * nsp);
+        let mut table_keys = Vec::new();
+        let mut table_slots = Vec::new();
+        let mut ripples = Vec::new();
+        for copy in &per_copy {
+            for sr in copy.iter() {
+                let (sk, si) = octex_index::table::build_table(&sr.keys);
+                tables.push(TableEntry {
+                    slot_offset: table_keys.len() as u64,
+                    capacity: sk.len() as u64,
+                    ripple_base: (ripples.len() / p.list_len) as u64,
+                    fragments: sr.keys.len() as u64,
+                });
+                table_keys.extend_from_slice(&sk);
+                table_slots.extend_from_slice(&si);
+                ripples.extend_from_slice(&sr.ripples);
+            }
+        }
+        let vectors = match p.vector_dtype {
+            VectorDtype::F16 => RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect()),
+            VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
+        };
+        let header = IndexHeader {
+            crate_version: env!("CARGO_PKG_VERSION").to_string(),
+            metric,
+            n: n as u64,
+            input_dim: dim as u32,
+            dim: sdim as u32,
+            basis_dim: m as u32,
+            rotation_dim: m_copy as u32,
+            copies: p.copies as u32,
+            blocks: p.blocks as u32,
+            spacings: nsp as u32,
+            list_len: p.list_len as u32,
+            min_fragment: p.min_fragment as u32,
+            sketch_width: w as u32,
+            row_len: p.row_len as u32,
+            vector_dtype: p.vector_dtype,
+            max_norm,
+            seed: p.seed,
+            build_params: serde_json::to_string(&p).unwrap_or_default(),
+            sections: Vec::new(),
+        };
+        let parts = IndexParts {
+            header,
+            mean: pca.mean.clone(),
+            basis: map.basis.clone(),
+            basis_bias: map.basis_bias.clone(),
+            rotation: map.rotation.clone(),
+            shifts: map.shifts.clone(),
+            spacings: map.spacings.clone(),
+            sketch_scales,
+            sketch: sketch_rows,
+            rows: nrows,
+            tables,
+            table_keys,
+            table_slots,
+            ripples,
+            vectors,
+        };
+        Ok(Index::from_parts(parts)?)
+    })?;
+    report.sizes = sizes_of(&index);
+    report.spacings = map.spacings.clone();
+    report.spacing_hit_rates = choice.hit_rates;
+    report.spacing_median_sizes = choice.median_sizes;
+    report.params = Some(p);
+    Ok(Built { index, report })
+}
+
+/// Bytes per part of a built or loaded index.
+pub fn sizes_of(index: &Index) -> SizeEstimate {
+    use octex_index::SectionKind::*;
+    let mut s = SizeEstimate::default();
+    for (kind, len) in index.section_sizes() {
+        match kind {
+            Sketch => s.sketch += len,
+            Rows => s.rows += len,
+            Ripples => s.ripples += len,
+            Tables | TableKeys | TableSlots => s.key_tables += len,
+            Vectors => s.vectors += len,
+            _ => s.small += len,
+        }
+    }
+    s
+}
+
+/// Projected coordinates (`rows x 8b`) of copy `c`, from principal coordinates
+/// (`n x m`), for all rows or the given ones.
+fn project_copy(pcs: &[f32], map: &CopyMap, c: usize, rows: Option<&[usize]>) -> Vec<f32> {
+    let cd = map.copy_dim();
+    let width = map.width();
+    let m = map.basis_dim;
+    let mc = map.rotation_dim();
+    // This copy's rotation, `m_c x 8b`, padded with zero rows to `m x 8b`.
+    let mut rot = vec![0f32; m * cd];
+    for t in 0..mc {
+        rot[t * cd..(t + 1) * cd].copy_from_slice(&map.rotation[t * width + c * cd..t * width + (c + 1) * cd]);
+    }
+    let zero = vec![0f32; cd];
+    let project = |src: &[f32]| {
+        let mut z = vec![0f32; src.len() / m * cd];
+        // Chunks keep each GEMM single-threaded inside the parallel copy loop.
+        for (zc, xc) in z.chunks_mut(cd * 65536).zip(src.chunks(m * 65536)) {
+            octex_lattice::copymap::project_rows(xc, m, &rot, &zero, zc, false);
+        }
+        z
+    };
+    match rows {
+        None => project(pcs),
+        Some(rows) => project(&rows.iter().flat_map(|&r| pcs[r * m..(r + 1) * m].to_vec()).collect::<Vec<f32>>()),
+    }
+}

@@ -1,0 +1,218 @@
+//! Build parameters, their data-dependent defaults, and the size estimate.
+
+use octex_index::VectorDtype;
+use serde::{Deserialize, Serialize};
+
+/// How neighbour rows are computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RowMethod {
+    /// Exact k-NN for `n <= exact_rows_limit`, the index's own search above.
+    Auto,
+    /// Exact k-NN by blocked matrix products (cost `n^2 D`).
+    Exact,
+    /// The paper's two passes of the index's own search (sketch-ranked).
+    Search,
+}
+
+/// What to build. `None` fields take defaults that scale with `n` and `D`
+/// (see [`BuildParams::resolve`]); every field is documented with its default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BuildParams {
+    /// Copies `C` (random projections). Default 32: the CPU backend's sweet spot
+    /// between first-round recall and memory; GPUs take hundreds.
+    pub copies: Option<usize>,
+    /// E8 blocks per copy `b`. Default 4 (32 projected dimensions), fewer when
+    /// `D < 32` (`D / 8`; `D >= 8` is required).
+    pub blocks: Option<usize>,
+    /// Ripple length `l`: ids stored per fragment. Default 16.
+    pub list_len: Option<usize>,
+    /// Smallest fragment (members) that gets a stored ripple, `pmin`. Default 1
+    /// below 2M vectors, 2 up to 20M, 10 above (memory).
+    pub min_fragment: Option<usize>,
+    /// Spacings in units of the projected standard deviation, ascending. Default:
+    /// chosen from the data (see `spacing`): the finest where about
+    /// `finest_hit_rate` of vectors find another vector in their fragment, then
+    /// geometric steps of `spacing_ratio` until the median vector's fragment holds
+    /// `l` members, at most `max_spacings`.
+    pub spacings: Option<Vec<f32>>,
+    /// Target share of vectors whose finest fragment is populated. Default 0.5.
+    pub finest_hit_rate: f64,
+    /// Ratio of consecutive spacings. Default 1.37.
+    pub spacing_ratio: f64,
+    /// Most spacings. Default 6.
+    pub max_spacings: usize,
+    /// Sketch width `w` (int8 principal coordinates, a multiple of 16). Default
+    /// `D` rounded down to a multiple of 16, within 16..=96.
+    pub sketch_width: Option<usize>,
+    /// Neighbour row length `Lt`. Default 32.
+    pub row_len: Option<usize>,
+    /// Forward neighbours at the head of a row, `k_f`. Default `Lt / 2`.
+    pub forward_head: Option<usize>,
+    /// Most reverse entries per row, `k_r`. Default `Lt / 4`.
+    pub reverse_max: Option<usize>,
+    /// `v` is a reverse entry of `u` when `u` is among `v`'s first `k_s` forward
+    /// neighbours. Default `Lt / 4`.
+    pub reverse_source: Option<usize>,
+    /// How rows are computed. Default [`RowMethod::Auto`].
+    pub row_method: RowMethod,
+    /// Largest `n` for exact rows under [`RowMethod::Auto`]. Default 250,000.
+    pub exact_rows_limit: usize,
+    /// Precision of the rerank vectors. Default f16.
+    pub vector_dtype: VectorDtype,
+    /// Rows sampled for PCA and for the sketch scales. Default 100,000.
+    pub pca_sample: usize,
+    /// Seed of every random choice. Default fixed, so builds are reproducible.
+    pub seed: u64,
+    /// Show progress bars (on a terminal). Default true.
+    pub progress: bool,
+}
+
+impl Default for BuildParams {
+    fn default() -> Self {
+        Self {
+            copies: None,
+            blocks: None,
+            list_len: None,
+            min_fragment: None,
+            spacings: None,
+            finest_hit_rate: 0.5,
+            spacing_ratio: 1.37,
+            max_spacings: 6,
+            sketch_width: None,
+            row_len: None,
+            forward_head: None,
+            reverse_max: None,
+            reverse_source: None,
+            row_method: RowMethod::Auto,
+            exact_rows_limit: 250_000,
+            vector_dtype: VectorDtype::F16,
+            pca_sample: 100_000,
+            seed: 0x0c7e_5eed,
+            progress: true,
+        }
+    }
+}
+
+/// [`BuildParams`] with every default filled in for one data set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResolvedParams {
+    pub n: usize,
+    pub dim: usize,
+    pub copies: usize,
+    pub blocks: usize,
+    pub list_len: usize,
+    pub min_fragment: usize,
+    pub spacings: Option<Vec<f32>>,
+    pub finest_hit_rate: f64,
+    pub spacing_ratio: f64,
+    pub max_spacings: usize,
+    pub sketch_width: usize,
+    pub row_len: usize,
+    pub forward_head: usize,
+    pub reverse_max: usize,
+    pub reverse_source: usize,
+    pub exact_rows: bool,
+    pub vector_dtype: VectorDtype,
+    pub pca_sample: usize,
+    pub seed: u64,
+}
+
+impl BuildParams {
+    /// Fill in defaults for `n` vectors of stored dimension `dim`.
+    pub fn resolve(&self, n: usize, dim: usize) -> ResolvedParams {
+        let row_len = self.row_len.unwrap_or(32).max(1);
+        ResolvedParams {
+            n,
+            dim,
+            copies: self.copies.unwrap_or(32),
+            blocks: self.blocks.unwrap_or((dim / 8).clamp(1, 4)),
+            list_len: self.list_len.unwrap_or(16),
+            min_fragment: self.min_fragment.unwrap_or(match n {
+                0..=2_000_000 => 1,
+                2_000_001..=20_000_000 => 2,
+                _ => 10,
+            }),
+            spacings: self.spacings.clone(),
+            finest_hit_rate: self.finest_hit_rate,
+            spacing_ratio: self.spacing_ratio,
+            max_spacings: self.max_spacings.max(1),
+            sketch_width: self.sketch_width.unwrap_or(((dim / 16) * 16).clamp(16, 96)),
+            row_len,
+            forward_head: self.forward_head.unwrap_or(row_len / 2).min(row_len),
+            reverse_max: self.reverse_max.unwrap_or(row_len / 4),
+            reverse_source: self.reverse_source.unwrap_or((row_len / 4).max(1)),
+            exact_rows: match self.row_method {
+                RowMethod::Exact => true,
+                RowMethod::Search => false,
+                RowMethod::Auto => n <= self.exact_rows_limit,
+            },
+            vector_dtype: self.vector_dtype,
+            pca_sample: self.pca_sample.max(1),
+            seed: self.seed,
+        }
+    }
+}
+
+/// Bytes of each part of an index.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SizeEstimate {
+    pub sketch: u64,
+    pub rows: u64,
+    pub ripples: u64,
+    pub key_tables: u64,
+    pub vectors: u64,
+    /// Copy maps, sketch basis and the like.
+    pub small: u64,
+}
+
+impl SizeEstimate {
+    pub fn total(&self) -> u64 {
+        self.sketch + self.rows + self.ripples + self.key_tables + self.vectors + self.small
+    }
+
+    /// The estimate for `p`. `fragments_per_copy[s]` is the number of stored
+    /// fragments of one copy at spacing `s` when known (after the spacings are
+    /// chosen); otherwise an upper bound of `n` at the finest spacing, halving
+    /// with every coarser one, over `spacings` spacings.
+    pub fn estimate(p: &ResolvedParams, spacings: usize, fragments_per_copy: Option<&[usize]>) -> Self {
+        let n = p.n as u64;
+        let per_copy: u64 = match fragments_per_copy {
+            Some(f) => f.iter().map(|&v| v as u64).sum(),
+            None => (0..spacings).map(|s| n >> s).sum(),
+        };
+        let slots: u64 = match fragments_per_copy {
+            Some(f) => f.iter().map(|&v| octex_index::table::table_capacity(v) as u64).sum(),
+            None => 2 * per_copy,
+        };
+        let width = (p.copies * 8 * p.blocks) as u64;
+        let vsize = match p.vector_dtype {
+            VectorDtype::F16 => 2,
+            VectorDtype::F32 => 4,
+        };
+        Self {
+            sketch: n * p.sketch_width as u64,
+            rows: n * p.row_len as u64 * 4,
+            ripples: p.copies as u64 * per_copy * p.list_len as u64 * 4,
+            key_tables: p.copies as u64 * slots * 12,
+            vectors: n * p.dim as u64 * vsize,
+            small: 4 * (p.dim as u64 * (width + p.sketch_width as u64) + 3 * width),
+        }
+    }
+}
+
+impl std::fmt::Display for SizeEstimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        write!(
+            f,
+            "ripples {:.1} MiB, key tables {:.1} MiB, neighbour rows {:.1} MiB, sketch {:.1} MiB, rerank vectors {:.1} MiB, maps {:.1} MiB; total {:.1} MiB",
+            mib(self.ripples),
+            mib(self.key_tables),
+            mib(self.rows),
+            mib(self.sketch),
+            mib(self.vectors),
+            mib(self.small),
+            mib(self.total())
+        )
+    }
+}

@@ -1,0 +1,293 @@
+//! The CPU wave search of one query (the paper's Algorithm 1), with reusable
+//! per-thread scratch so that the hot loop allocates nothing.
+//!
+//! 1. First round: per copy, the finest spacing whose fragment of the query is
+//!    stored; the first `r` ids of its ripple. The union, de-duplicated, is ranked
+//!    by sketch distance.
+//! 2. `W` waves: the `S` best entries not yet expanded read their neighbour rows;
+//!    new ids are ranked by sketch distance.
+//! 3. Rerank: the `R` best by sketch get exact distances; the top `k` are returned.
+//!
+//! Only the best `M = max(R, S*W, S)` entries by sketch distance are kept: the
+//! start points of wave `w` are among the best `S*(w+1)` (at most `S*w` entries
+//! above them were expanded), and the rerank takes the best `R`, so keeping `M` is
+//! exact, not a heuristic.
+
+use octex_index::{Index, RerankView, PAD_ID};
+use octex_lattice::CopyMap;
+
+use crate::simd::{prefetch, prefetch_u32, prefetch_u64, ExactF16Fn, ExactF32Fn, SketchFn};
+use crate::visited::VisitedSet;
+use crate::SearchParams;
+
+#[derive(Clone, Copy, Debug)]
+struct Cand {
+    d: f32,
+    id: u32,
+    expanded: bool,
+}
+
+/// Work counters of a search (summed over queries).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SearchStats {
+    pub queries: u64,
+    /// Ripple entries read in the first round (before de-duplication).
+    pub first_round_entries: u64,
+    /// (query, copy) pairs with no stored fragment at any spacing.
+    pub copies_without_fragment: u64,
+    /// Sketch distances computed.
+    pub sketch_distances: u64,
+    /// Exact distances computed.
+    pub exact_distances: u64,
+    /// First-round hits per spacing index (which spacing answered a copy).
+    pub spacing_hits: [u64; 8],
+}
+
+impl SearchStats {
+    pub fn add(&mut self, o: &SearchStats) {
+        self.queries += o.queries;
+        self.first_round_entries += o.first_round_entries;
+        self.copies_without_fragment += o.copies_without_fragment;
+        self.sketch_distances += o.sketch_distances;
+        self.exact_distances += o.exact_distances;
+        for (a, b) in self.spacing_hits.iter_mut().zip(o.spacing_hits) {
+            *a += b;
+        }
+    }
+}
+
+/// What the engine derives from an index once, at load.
+pub(crate) struct Engine {
+    pub map: CopyMap,
+    pub kernel: SketchFn,
+    pub exact_f32: ExactF32Fn,
+    pub exact_f16: ExactF16Fn,
+    pub w: usize,
+    pub row_len: usize,
+    pub list_len: usize,
+}
+
+/// Per-thread reusable buffers.
+pub(crate) struct Scratch {
+    visited: VisitedSet,
+    fresh: Vec<u32>,
+    cand: Vec<Cand>,
+    best: Vec<Cand>,
+    merged: Vec<Cand>,
+    starts: Vec<u32>,
+    exact: Vec<(f32, u32)>,
+    coords: [i32; 64],
+    /// First round: copies still looking for a stored fragment, their keys, and
+    /// the ripple offsets found.
+    pending: Vec<u32>,
+    still: Vec<u32>,
+    qkeys: Vec<u64>,
+    hits: Vec<u32>,
+    pub stats: SearchStats,
+}
+
+impl Scratch {
+    pub fn new(engine: &Engine, p: &SearchParams) -> Self {
+        let max_entries = engine.map.copies * p.read_depth.min(engine.list_len) + p.waves * p.start_points * engine.row_len;
+        Self {
+            visited: VisitedSet::new(max_entries),
+            fresh: Vec::with_capacity(max_entries),
+            cand: Vec::with_capacity(max_entries),
+            best: Vec::new(),
+            merged: Vec::new(),
+            starts: Vec::new(),
+            exact: Vec::new(),
+            coords: [0; 64],
+            pending: Vec::with_capacity(engine.map.copies),
+            still: Vec::with_capacity(engine.map.copies),
+            qkeys: vec![0; engine.map.copies],
+            hits: Vec::with_capacity(engine.map.copies),
+            stats: SearchStats::default(),
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(index: &Index, kernel: SketchFn) -> Self {
+        let h = index.header();
+        let (exact_f32, exact_f16) = crate::simd::exact_kernels();
+        Self { map: index.copy_map(), kernel, exact_f32, exact_f16, w: h.sketch_width as usize, row_len: h.row_len as usize, list_len: h.list_len as usize }
+    }
+
+    /// Sketch coordinates (`n x w`) from principal coordinates (`n x m`): the
+    /// first `w`, zero beyond `m`.
+    pub fn sketch_coords(&self, pcs: &[f32], qs: &mut Vec<f32>) {
+        let m = self.map.basis_dim;
+        let w = self.w;
+        qs.clear();
+        for r in pcs.chunks_exact(m) {
+            qs.extend((0..w).map(|j| if j < m { r[j] } else { 0.0 }));
+        }
+    }
+
+    /// Rank the ids in `s.fresh` by sketch distance into `s.cand`.
+    #[inline(never)]
+    fn rank_fresh(&self, index: &Index, qs: &[f32], scales: &[f32], s: &mut Scratch) {
+        let sk = index.sketch();
+        let w = self.w;
+        for &id in &s.fresh {
+            prefetch(&sk[id as usize * w..id as usize * w + w]);
+        }
+        s.cand.clear();
+        for &id in &s.fresh {
+            let row = &sk[id as usize * w..id as usize * w + w];
+            s.cand.push(Cand { d: (self.kernel)(qs, scales, row), id, expanded: false });
+        }
+        s.stats.sketch_distances += s.fresh.len() as u64;
+    }
+
+    /// Merge `s.cand` into the best list, keeping `m` entries sorted by distance.
+    #[inline(never)]
+    fn merge(&self, s: &mut Scratch, m: usize) {
+        if s.best.len() == m {
+            let worst = s.best[m - 1].d;
+            s.cand.retain(|c| c.d < worst);
+        }
+        if s.cand.len() > m {
+            s.cand.select_nth_unstable_by(m, |a, b| a.d.total_cmp(&b.d));
+            s.cand.truncate(m);
+        }
+        s.cand.sort_unstable_by(|a, b| a.d.total_cmp(&b.d));
+        s.merged.clear();
+        let (mut i, mut j) = (0, 0);
+        while s.merged.len() < m && (i < s.best.len() || j < s.cand.len()) {
+            let take_best = j == s.cand.len() || (i < s.best.len() && s.best[i].d <= s.cand[j].d);
+            if take_best {
+                s.merged.push(s.best[i]);
+                i += 1;
+            } else {
+                s.merged.push(s.cand[j]);
+                j += 1;
+            }
+        }
+        std::mem::swap(&mut s.best, &mut s.merged);
+    }
+
+    /// Search one query. `z` is its projection into all copies, `qs` its sketch
+    /// coordinates, `q` the stored-space query (normalised or augmented).
+    /// Writes `k` ids and exact squared L2 distances (in the stored space),
+    /// padded with `PAD_ID` / infinity when fewer were found.
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_one(&self, index: &Index, z: &[f32], qs: &[f32], q: &[f32], k: usize, p: &SearchParams, s: &mut Scratch, out_ids: &mut [u32], out_d: &mut [f32]) {
+        let cd = self.map.copy_dim();
+        let nsp = self.map.spacings.len();
+        let r = p.read_depth.min(self.list_len);
+        let m = p.rerank.max(p.start_points * p.waves).max(p.start_points).max(k);
+        let scales = index.sketch_scales();
+        s.visited.clear();
+        s.best.clear();
+        s.fresh.clear();
+        s.stats.queries += 1;
+
+        // First round, level by level from the finest spacing: decode every
+        // pending copy's fragment and prefetch its key slot, then probe; copies
+        // whose fragment is not stored go on to the next coarser spacing. The
+        // ripples found are prefetched before they are read.
+        let tables = index.tables();
+        let table_keys = index.table_keys();
+        let table_slots = index.table_slots();
+        let ripples = index.ripples();
+        let l = self.list_len;
+        s.pending.clear();
+        s.pending.extend(0..self.map.copies as u32);
+        s.hits.clear();
+        for sp in 0..nsp {
+            if s.pending.is_empty() {
+                break;
+            }
+            for &c in &s.pending {
+                let c = c as usize;
+                self.map.decode(&z[c * cd..(c + 1) * cd], c, sp, &mut s.coords[..cd]);
+                let key = octex_lattice::fragment_key(&s.coords[..cd]);
+                s.qkeys[c] = key;
+                let e = &tables[c * nsp + sp];
+                if e.capacity > 0 {
+                    let slot = e.slot_offset as usize + (key as usize & (e.capacity as usize - 1));
+                    prefetch_u64(&table_keys[slot]);
+                }
+            }
+            s.still.clear();
+            for &c in &s.pending {
+                let cu = c as usize;
+                let e = &tables[cu * nsp + sp];
+                let (so, cap) = (e.slot_offset as usize, e.capacity as usize);
+                match octex_index::table::lookup(&table_keys[so..so + cap], &table_slots[so..so + cap], s.qkeys[cu]) {
+                    Some(ord) => {
+                        let start = (e.ripple_base as usize + ord as usize) * l;
+                        prefetch_u32(&ripples[start]);
+                        s.hits.push(start as u32);
+                        s.stats.spacing_hits[sp.min(7)] += 1;
+                    }
+                    None => s.still.push(c),
+                }
+            }
+            std::mem::swap(&mut s.pending, &mut s.still);
+        }
+        s.stats.copies_without_fragment += s.pending.len() as u64;
+        for &start in &s.hits {
+            let start = start as usize;
+            for &id in ripples[start..start + r].iter().take_while(|&&id| id != PAD_ID) {
+                s.stats.first_round_entries += 1;
+                if s.visited.insert(id) {
+                    s.fresh.push(id);
+                }
+            }
+        }
+        self.rank_fresh(index, qs, scales, s);
+        self.merge(s, m);
+
+        // Waves.
+        let rows = index.rows();
+        let lt = self.row_len;
+        for _ in 0..p.waves {
+            s.starts.clear();
+            for c in s.best.iter_mut() {
+                if s.starts.len() == p.start_points {
+                    break;
+                }
+                if !c.expanded {
+                    c.expanded = true;
+                    s.starts.push(c.id);
+                }
+            }
+            if s.starts.is_empty() {
+                break;
+            }
+            s.fresh.clear();
+            for &u in &s.starts {
+                for &id in rows[u as usize * lt..(u as usize + 1) * lt].iter().take_while(|&&id| id != PAD_ID) {
+                    if s.visited.insert(id) {
+                        s.fresh.push(id);
+                    }
+                }
+            }
+            self.rank_fresh(index, qs, scales, s);
+            self.merge(s, m);
+        }
+
+        // Exact rerank of the R best.
+        let dim = index.dim();
+        s.exact.clear();
+        let take = p.rerank.min(s.best.len());
+        for c in &s.best[..take] {
+            let i = c.id as usize;
+            let d = match index.vectors() {
+                RerankView::F32(v) => (self.exact_f32)(q, &v[i * dim..(i + 1) * dim]),
+                RerankView::F16(v) => (self.exact_f16)(q, &v[i * dim..(i + 1) * dim]),
+            };
+            s.exact.push((d, c.id));
+        }
+        s.stats.exact_distances += take as u64;
+        s.exact.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for t in 0..k {
+            let (d, id) = s.exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
+            out_ids[t] = id;
+            out_d[t] = d;
+        }
+    }
+}

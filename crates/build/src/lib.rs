@@ -21,6 +21,7 @@ pub mod params;
 pub mod pca;
 pub mod ripples;
 pub mod rows;
+pub mod search_rows;
 pub mod sketch;
 pub mod spacing;
 
@@ -28,7 +29,9 @@ use std::borrow::Cow;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use octex_index::{Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, TableEntry, VectorDtype};
+use octex_index::{
+    Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, TableEntry, VectorDtype,
+};
 use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -96,7 +99,12 @@ fn bar(len: usize, msg: &'static str, enabled: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let b = ProgressBar::new(len as u64);
-    b.set_style(ProgressStyle::with_template("{msg:>14} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    b.set_style(
+        ProgressStyle::with_template(
+            "{msg:>14} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     b.set_message(msg);
     b
 }
@@ -104,15 +112,26 @@ fn bar(len: usize, msg: &'static str, enabled: bool) -> ProgressBar {
 /// Check and prepare the vectors for `metric`: finite, normalised (cosine) or
 /// augmented (inner product). Returns the stored vectors, their dimension and,
 /// for inner product, the largest norm.
-pub fn prepare(data: &[f32], dim: usize, metric: Metric) -> Result<(Cow<'_, [f32]>, usize, f32), BuildError> {
+pub fn prepare(
+    data: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> Result<(Cow<'_, [f32]>, usize, f32), BuildError> {
     if dim == 0 || data.len() % dim != 0 {
-        return Err(BuildError::Ragged { len: data.len(), dim });
+        return Err(BuildError::Ragged {
+            len: data.len(),
+            dim,
+        });
     }
     if data.is_empty() {
         return Err(BuildError::Empty);
     }
     if let Some(i) = data.iter().position(|v| !v.is_finite()) {
-        return Err(BuildError::NotFinite { row: i / dim, col: i % dim, value: data[i] });
+        return Err(BuildError::NotFinite {
+            row: i / dim,
+            col: i % dim,
+            value: data[i],
+        });
     }
     let n = data.len() / dim;
     if n >= octex_index::PAD_ID as usize {
@@ -132,7 +151,10 @@ pub fn prepare(data: &[f32], dim: usize, metric: Metric) -> Result<(Cow<'_, [f32
             Ok((Cow::Owned(out), dim, 0.0))
         }
         Metric::InnerProduct => {
-            let norms: Vec<f32> = data.chunks_exact(dim).map(|r| r.iter().map(|v| v * v).sum::<f32>()).collect();
+            let norms: Vec<f32> = data
+                .chunks_exact(dim)
+                .map(|r| r.iter().map(|v| v * v).sum::<f32>())
+                .collect();
             let max2 = norms.iter().cloned().fold(0.0f32, f32::max);
             let mut out = Vec::with_capacity(n * (dim + 1));
             for (r, &n2) in data.chunks_exact(dim).zip(&norms) {
@@ -151,7 +173,12 @@ pub struct Built {
 }
 
 /// Build an index over `data` (`n x dim`, row-major).
-pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> Result<Built, BuildError> {
+pub fn build(
+    data: &[f32],
+    dim: usize,
+    metric: Metric,
+    params: &BuildParams,
+) -> Result<Built, BuildError> {
     let mut report = BuildReport::default();
     let (stored, sdim, max_norm) = report.phase("prepare", || prepare(data, dim, metric))?;
     let n = stored.len() / sdim;
@@ -160,10 +187,16 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
     }
     let p = params.resolve(n, sdim);
     if p.blocks == 0 || 8 * p.blocks > sdim.min(64) {
-        return Err(BuildError::Param(format!("{} blocks need {} dimensions, the data has {sdim}", p.blocks, 8 * p.blocks)));
+        return Err(BuildError::Param(format!(
+            "{} blocks need {} dimensions, the data has {sdim}",
+            p.blocks,
+            8 * p.blocks
+        )));
     }
     if p.copies == 0 || p.list_len == 0 || p.sketch_width % 16 != 0 || p.sketch_width == 0 {
-        return Err(BuildError::Param("copies and list_len must be positive, sketch_width a positive multiple of 16".into()));
+        return Err(BuildError::Param(
+            "copies and list_len must be positive, sketch_width a positive multiple of 16".into(),
+        ));
     }
     let x: &[f32] = &stored;
 
@@ -172,9 +205,23 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
     let m = m_copy.max(p.sketch_width.min(sdim));
     let sample = pca::sample_rows(n, p.pca_sample, p.seed);
     let pca = report.phase("pca", || pca::fit(x, sdim, &sample, m));
-    let sigma = (pca.variances[..m_copy].iter().sum::<f64>() / m_copy as f64).sqrt().max(1e-12);
-    let map_params = CopyMapParams { copies: p.copies, blocks: p.blocks, seed: p.seed };
-    let mut map = CopyMap::random(&pca.mean, &pca.basis, m, m_copy, sigma, &map_params, vec![1.0]);
+    let sigma = (pca.variances[..m_copy].iter().sum::<f64>() / m_copy as f64)
+        .sqrt()
+        .max(1e-12);
+    let map_params = CopyMapParams {
+        copies: p.copies,
+        blocks: p.blocks,
+        seed: p.seed,
+    };
+    let mut map = CopyMap::random(
+        &pca.mean,
+        &pca.basis,
+        m,
+        m_copy,
+        sigma,
+        &map_params,
+        vec![1.0],
+    );
     // Principal coordinates of every vector: the input of every copy's
     // projection and, in their first w columns, of the sketch.
     let pcs = report.phase("principal_coords", || {
@@ -186,14 +233,38 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
     // Spacings, from copy 0 over (a sample of) the data.
     let choice = report.phase("spacings", || {
         if let Some(s) = &p.spacings {
-            return spacing::SpacingChoice { spacings: s.clone(), hit_rates: vec![], median_sizes: vec![] };
+            return spacing::SpacingChoice {
+                spacings: s.clone(),
+                hit_rates: vec![],
+                median_sizes: vec![],
+            };
         }
         let probe = pca::sample_rows(n, spacing::PROBE_ROWS, p.seed ^ 0x5eed);
         let z0 = project_copy(&pcs, &map, 0, Some(&probe));
-        spacing::choose(&map, &z0, p.min_fragment, p.list_len, p.finest_hit_rate, p.spacing_ratio, p.max_spacings)
+        let var = z0.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / z0.len().max(1) as f64;
+        tracing::info!(
+            sigma,
+            projected_variance = var,
+            "scale of copy 0's projected coordinates (expect ~1)"
+        );
+        spacing::choose(
+            &map,
+            &z0,
+            p.min_fragment,
+            p.list_len,
+            p.finest_hit_rate,
+            p.spacing_ratio,
+            p.max_spacings,
+        )
     });
-    if choice.spacings.is_empty() || !choice.spacings.windows(2).all(|w| w[0] < w[1]) || choice.spacings.iter().any(|&s| !(s > 0.0)) {
-        return Err(BuildError::Param(format!("spacings must be positive and ascending, got {:?}", choice.spacings)));
+    if choice.spacings.is_empty()
+        || !choice.spacings.windows(2).all(|w| w[0] < w[1])
+        || choice.spacings.iter().any(|&s| !(s > 0.0))
+    {
+        return Err(BuildError::Param(format!(
+            "spacings must be positive and ascending, got {:?}",
+            choice.spacings
+        )));
     }
     map.spacings = choice.spacings.clone();
     tracing::info!(spacings = ?map.spacings, hit_rates = ?choice.hit_rates, median_sizes = ?choice.median_sizes, "spacings chosen");
@@ -217,23 +288,19 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
     // Sketch: the first w principal coordinates (zero beyond m).
     let w = p.sketch_width;
     let (sketch_scales, sketch_rows) = report.phase("sketch", || {
-        let coords: Vec<f32> = pcs.par_chunks(m).flat_map_iter(|r| (0..w).map(move |j| if j < m { r[j] } else { 0.0 })).collect();
-        let sampled: Vec<f32> = sample.iter().flat_map(|&r| coords[r * w..(r + 1) * w].to_vec()).collect();
+        let coords: Vec<f32> = pcs
+            .par_chunks(m)
+            .flat_map_iter(|r| (0..w).map(move |j| if j < m { r[j] } else { 0.0 }))
+            .collect();
+        let sampled: Vec<f32> = sample
+            .iter()
+            .flat_map(|&r| coords[r * w..(r + 1) * w].to_vec())
+            .collect();
         let scales = sketch::fit_scales(&sampled, w);
         let rows = sketch::encode(&coords, &scales);
         (scales, rows)
     });
     drop(pcs);
-
-    // Neighbour rows.
-    let shape = rows::RowShape { row_len: p.row_len, forward_head: p.forward_head, reverse_max: p.reverse_max, reverse_source: p.reverse_source };
-    let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
-    let pb = bar(n, "neighbour rows", params.progress);
-    let nrows = report.phase("neighbour_rows", || {
-        let (ids, dists) = knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| pb.inc(done as u64));
-        rows::assemble(&ids, &dists, k_fwd, shape)
-    });
-    pb.finish_and_clear();
 
     report.fragments = vec![0; nsp];
     report.short_fragments = vec![0; nsp];
@@ -244,8 +311,7 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
             report.key_collisions += sr.collisions;
         }
     }
-    // Assemble.
-    let index = report.phase("assemble", || -> Result<Index, BuildError> {
+    let mut parts = report.phase("assemble", || {
         let mut tables = Vec::with_capacity(p.copies * nsp);
         let mut table_keys = Vec::new();
         let mut table_slots = Vec::new();
@@ -265,7 +331,9 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
             }
         }
         let vectors = match p.vector_dtype {
-            VectorDtype::F16 => RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect()),
+            VectorDtype::F16 => {
+                RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
+            }
             VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
         };
         let header = IndexHeader {
@@ -289,7 +357,7 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
             build_params: serde_json::to_string(&p).unwrap_or_default(),
             sections: Vec::new(),
         };
-        let parts = IndexParts {
+        IndexParts {
             header,
             mean: pca.mean.clone(),
             basis: map.basis.clone(),
@@ -299,15 +367,40 @@ pub fn build(data: &[f32], dim: usize, metric: Metric, params: &BuildParams) -> 
             spacings: map.spacings.clone(),
             sketch_scales,
             sketch: sketch_rows,
-            rows: nrows,
+            rows: Vec::new(),
             tables,
             table_keys,
             table_slots,
             ripples,
             vectors,
-        };
-        Ok(Index::from_parts(parts)?)
-    })?;
+        }
+    });
+    drop(per_copy);
+
+    // Neighbour rows: exact k-NN, or two passes of the index's own search.
+    let shape = rows::RowShape {
+        row_len: p.row_len,
+        forward_head: p.forward_head,
+        reverse_max: p.reverse_max,
+        reverse_source: p.reverse_source,
+    };
+    let pb = bar(n, "neighbour rows", params.progress);
+    parts.rows = if p.exact_rows {
+        report.phase("rows_exact", || {
+            let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
+            let (ids, dists) =
+                knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| {
+                    pb.inc(done as u64)
+                });
+            rows::assemble(&ids, &dists, k_fwd, shape)
+        })
+    } else {
+        report.phase("rows_search", || {
+            search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb)
+        })?
+    };
+    pb.finish_and_clear();
+    let index = report.phase("finish", || Index::from_parts(parts))?;
     report.sizes = sizes_of(&index);
     report.spacings = map.spacings.clone();
     report.spacing_hit_rates = choice.hit_rates;
@@ -343,7 +436,8 @@ fn project_copy(pcs: &[f32], map: &CopyMap, c: usize, rows: Option<&[usize]>) ->
     // This copy's rotation, `m_c x 8b`, padded with zero rows to `m x 8b`.
     let mut rot = vec![0f32; m * cd];
     for t in 0..mc {
-        rot[t * cd..(t + 1) * cd].copy_from_slice(&map.rotation[t * width + c * cd..t * width + (c + 1) * cd]);
+        rot[t * cd..(t + 1) * cd]
+            .copy_from_slice(&map.rotation[t * width + c * cd..t * width + (c + 1) * cd]);
     }
     let zero = vec![0f32; cd];
     let project = |src: &[f32]| {
@@ -356,6 +450,11 @@ fn project_copy(pcs: &[f32], map: &CopyMap, c: usize, rows: Option<&[usize]>) ->
     };
     match rows {
         None => project(pcs),
-        Some(rows) => project(&rows.iter().flat_map(|&r| pcs[r * m..(r + 1) * m].to_vec()).collect::<Vec<f32>>()),
+        Some(rows) => project(
+            &rows
+                .iter()
+                .flat_map(|&r| pcs[r * m..(r + 1) * m].to_vec())
+                .collect::<Vec<f32>>(),
+        ),
     }
 }

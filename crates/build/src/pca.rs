@@ -43,23 +43,40 @@ pub fn fit(data: &[f32], dim: usize, rows: &[usize], m: usize) -> Pca {
             }
             acc
         })
-        .reduce(|| vec![0f64; dim], |mut a, b| {
-            a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-            a
-        });
+        .reduce(
+            || vec![0f64; dim],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
     mean64.iter_mut().for_each(|v| *v /= n as f64);
     let mean: Vec<f32> = mean64.iter().map(|&v| v as f32).collect();
 
     let s = rows.len();
     let mut centred = vec![0f32; s * dim];
-    centred.par_chunks_mut(dim).zip(rows.par_iter()).for_each(|(out, &r)| {
-        let x = &data[r * dim..(r + 1) * dim];
-        out.iter_mut().zip(x.iter().zip(&mean)).for_each(|(o, (a, b))| *o = a - b);
-    });
+    centred
+        .par_chunks_mut(dim)
+        .zip(rows.par_iter())
+        .for_each(|(out, &r)| {
+            let x = &data[r * dim..(r + 1) * dim];
+            out.iter_mut()
+                .zip(x.iter().zip(&mean))
+                .for_each(|(o, (a, b))| *o = a - b);
+        });
     let xm = faer::MatRef::from_row_major_slice(&centred, s, dim);
     let mut cov32 = Mat::<f32>::zeros(dim, dim);
-    faer::linalg::matmul::matmul(cov32.as_mut(), faer::Accum::Replace, xm.transpose(), xm, 1.0 / s.max(2) as f32, faer::Par::rayon(0));
-    let cov = Mat::<f64>::from_fn(dim, dim, |i, j| 0.5 * (cov32[(i, j)] as f64 + cov32[(j, i)] as f64));
+    faer::linalg::matmul::matmul(
+        cov32.as_mut(),
+        faer::Accum::Replace,
+        xm.transpose(),
+        xm,
+        1.0 / s.max(2) as f32,
+        faer::Par::rayon(0),
+    );
+    let cov = Mat::<f64>::from_fn(dim, dim, |i, j| {
+        0.5 * (cov32[(i, j)] as f64 + cov32[(j, i)] as f64)
+    });
     let m = m.min(dim);
     let (basis, variances) = match cov.self_adjoint_eigen(Side::Lower) {
         Ok(evd) => {
@@ -85,5 +102,10 @@ pub fn fit(data: &[f32], dim: usize, rows: &[usize], m: usize) -> Pca {
             (basis, vec![1.0; m])
         }
     };
-    Pca { mean, basis, m, variances }
+    Pca {
+        mean,
+        basis,
+        m,
+        variances,
+    }
 }

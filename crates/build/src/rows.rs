@@ -45,33 +45,105 @@ pub fn assemble(fwd_ids: &[u32], fwd_dist: &[f32], k: usize, shape: RowShape) ->
     }
     let lt = shape.row_len;
     let mut rows = vec![PAD_ID; n * lt];
-    rows.par_chunks_mut(lt).enumerate().for_each_init(Vec::new, |buf: &mut Vec<(f32, u32)>, (u, row)| {
-        let fwd = &fwd_ids[u * k..(u + 1) * k];
-        let mut len = 0;
-        let push = |id: u32, row: &mut [u32], len: &mut usize| {
-            if id != PAD_ID && id as usize != u && *len < lt && !row[..*len].contains(&id) {
-                row[*len] = id;
-                *len += 1;
+    rows.par_chunks_mut(lt).enumerate().for_each_init(
+        Vec::new,
+        |buf: &mut Vec<(f32, u32)>, (u, row)| {
+            let fwd = &fwd_ids[u * k..(u + 1) * k];
+            let mut len = 0;
+            let push = |id: u32, row: &mut [u32], len: &mut usize| {
+                if id != PAD_ID && id as usize != u && *len < lt && !row[..*len].contains(&id) {
+                    row[*len] = id;
+                    *len += 1;
+                }
+            };
+            for &id in fwd.iter().take(shape.forward_head) {
+                push(id, row, &mut len);
             }
-        };
-        for &id in fwd.iter().take(shape.forward_head) {
-            push(id, row, &mut len);
-        }
-        buf.clear();
-        buf.extend_from_slice(&rev[counts[u] as usize..counts[u + 1] as usize]);
-        buf.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut taken = 0;
-        for &(_, v) in buf.iter() {
-            if taken == shape.reverse_max {
-                break;
+            buf.clear();
+            buf.extend_from_slice(&rev[counts[u] as usize..counts[u + 1] as usize]);
+            buf.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let mut taken = 0;
+            for &(_, v) in buf.iter() {
+                if taken == shape.reverse_max {
+                    break;
+                }
+                let before = len;
+                push(v, row, &mut len);
+                taken += (len > before) as usize;
             }
-            let before = len;
-            push(v, row, &mut len);
-            taken += (len > before) as usize;
-        }
-        for &id in fwd.iter().skip(shape.forward_head) {
-            push(id, row, &mut len);
-        }
-    });
+            for &id in fwd.iter().skip(shape.forward_head) {
+                push(id, row, &mut len);
+            }
+        },
+    );
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_follow_the_definition() {
+        // 50 vectors with pseudo-random forward lists of 8.
+        let (n, k) = (50usize, 8usize);
+        let mut ids = Vec::new();
+        let mut d = Vec::new();
+        let mut s = 9u64;
+        for u in 0..n {
+            let mut row: Vec<u32> = Vec::new();
+            while row.len() < k {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let v = ((s >> 33) % n as u64) as u32;
+                if v as usize != u && !row.contains(&v) {
+                    row.push(v);
+                }
+            }
+            ids.extend_from_slice(&row);
+            d.extend((0..k).map(|j| j as f32 + u as f32 * 0.001));
+        }
+        let shape = RowShape {
+            row_len: 10,
+            forward_head: 4,
+            reverse_max: 3,
+            reverse_source: 2,
+        };
+        let rows = assemble(&ids, &d, k, shape);
+        for u in 0..n {
+            let row = &rows[u * 10..(u + 1) * 10];
+            let fwd = &ids[u * k..(u + 1) * k];
+            assert_eq!(&row[..4], &fwd[..4], "head = first k_f forward");
+            // Reverse entries: v with u among v's first k_s forward neighbours.
+            let rev: Vec<u32> = (0..n as u32)
+                .filter(|&v| ids[v as usize * k..v as usize * k + 2].contains(&(u as u32)))
+                .collect();
+            let extra: Vec<u32> = row[4..]
+                .iter()
+                .copied()
+                .filter(|&v| v != PAD_ID && !fwd.contains(&v))
+                .collect();
+            for v in &extra {
+                assert!(
+                    rev.contains(v),
+                    "{v} in row {u} is neither forward nor reverse"
+                );
+            }
+            let new_rev = rev.iter().filter(|v| !fwd[..4].contains(v)).count();
+            let want = new_rev.min(3);
+            assert!(
+                row[4..4 + want]
+                    .iter()
+                    .all(|v| rev.contains(v) && !fwd[..4].contains(v)),
+                "row {u}: up to k_r reverse entries after the head"
+            );
+            let mut seen = std::collections::HashSet::new();
+            assert!(row
+                .iter()
+                .filter(|&&v| v != PAD_ID)
+                .all(|v| seen.insert(*v)));
+            assert!(row.iter().all(|&v| v == PAD_ID || v as usize != u));
+        }
+    }
 }

@@ -32,12 +32,14 @@ pub fn encode(coords: &[f32], scales: &[f32]) -> Vec<i8> {
     let w = scales.len();
     let inv: Vec<f32> = scales.iter().map(|s| 1.0 / s).collect();
     let mut out = vec![0i8; coords.len()];
-    out.par_chunks_mut(w * 1024).zip(coords.par_chunks(w * 1024)).for_each(|(o, c)| {
-        for (row_o, row_c) in o.chunks_exact_mut(w).zip(c.chunks_exact(w)) {
-            for j in 0..w {
-                row_o[j] = (row_c[j] * inv[j]).round().clamp(-127.0, 127.0) as i8;
+    out.par_chunks_mut(w * 1024)
+        .zip(coords.par_chunks(w * 1024))
+        .for_each(|(o, c)| {
+            for (row_o, row_c) in o.chunks_exact_mut(w).zip(c.chunks_exact(w)) {
+                for j in 0..w {
+                    row_o[j] = (row_c[j] * inv[j]).round().clamp(-127.0, 127.0) as i8;
+                }
             }
-        }
-    });
+        });
     out
 }

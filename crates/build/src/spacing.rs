@@ -27,7 +27,10 @@ fn probe(map: &CopyMap, z: &[f32], spacing: f32, pmin: usize) -> Probe {
     let cd = map.copy_dim();
     let mut m = map.clone();
     m.spacings = vec![spacing];
-    let keys: Vec<u64> = z.chunks_exact(cd).map(|zr| m.fragment(zr, 0, 0).0.key).collect();
+    let keys: Vec<u64> = z
+        .chunks_exact(cd)
+        .map(|zr| m.fragment(zr, 0, 0).0.key)
+        .collect();
     let mut counts: HashMap<u64, u32> = HashMap::with_capacity(keys.len());
     for &k in &keys {
         *counts.entry(k).or_insert(0) += 1;
@@ -36,7 +39,10 @@ fn probe(map: &CopyMap, z: &[f32], spacing: f32, pmin: usize) -> Probe {
     let hits = sizes.iter().filter(|&&c| c as usize > pmin).count();
     let mid = sizes.len() / 2;
     let median = *sizes.select_nth_unstable(mid).1 as usize;
-    Probe { hit_rate: hits as f64 / keys.len().max(1) as f64, median_size: median }
+    Probe {
+        hit_rate: hits as f64 / keys.len().max(1) as f64,
+        median_size: median,
+    }
 }
 
 /// The chosen spacings and what was measured for each.
@@ -48,7 +54,15 @@ pub struct SpacingChoice {
 }
 
 /// Choose spacings from `z`, the copy-0 projection (`rows x 8b`) of the data.
-pub fn choose(map: &CopyMap, z: &[f32], pmin: usize, list_len: usize, hit_rate: f64, ratio: f64, max_spacings: usize) -> SpacingChoice {
+pub fn choose(
+    map: &CopyMap,
+    z: &[f32],
+    pmin: usize,
+    list_len: usize,
+    hit_rate: f64,
+    ratio: f64,
+    max_spacings: usize,
+) -> SpacingChoice {
     let (mut lo, mut hi) = (0.05f64, 256.0f64);
     for _ in 0..14 {
         let mid = (lo * hi).sqrt();
@@ -58,7 +72,11 @@ pub fn choose(map: &CopyMap, z: &[f32], pmin: usize, list_len: usize, hit_rate: 
             lo = mid;
         }
     }
-    let mut out = SpacingChoice { spacings: Vec::new(), hit_rates: Vec::new(), median_sizes: Vec::new() };
+    let mut out = SpacingChoice {
+        spacings: Vec::new(),
+        hit_rates: Vec::new(),
+        median_sizes: Vec::new(),
+    };
     let mut f = hi;
     for _ in 0..max_spacings {
         let p = probe(map, z, f as f32, pmin);

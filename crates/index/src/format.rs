@@ -50,7 +50,9 @@ impl std::str::FromStr for Metric {
             "l2" | "euclidean" => Ok(Metric::L2),
             "cosine" | "angular" => Ok(Metric::Cosine),
             "ip" | "inner-product" | "dot" => Ok(Metric::InnerProduct),
-            other => Err(format!("unknown metric '{other}' (expected l2, cosine or ip)")),
+            other => Err(format!(
+                "unknown metric '{other}' (expected l2, cosine or ip)"
+            )),
         }
     }
 }

@@ -15,11 +15,18 @@ use crate::table::{TableEntry, PAD_ID};
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}not an octex index (bad magic)")]
     NotAnIndex(String),
     #[error("{where_}index format version {found}; this build of octex reads version {supported} only: rebuild the index")]
-    Version { where_: String, found: u32, supported: u32 },
+    Version {
+        where_: String,
+        found: u32,
+        supported: u32,
+    },
     #[error("{where_}truncated: {problem}")]
     Truncated { where_: String, problem: String },
     #[error("{where_}checksum mismatch in {part}: the file is corrupted")]
@@ -88,7 +95,15 @@ pub struct Index {
 
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Index({}n={}, dim={}, copies={}, {})", self.origin, self.header.n, self.header.input_dim, self.header.copies, self.header.metric)
+        write!(
+            f,
+            "Index({}n={}, dim={}, copies={}, {})",
+            self.origin,
+            self.header.n,
+            self.header.input_dim,
+            self.header.copies,
+            self.header.metric
+        )
     }
 }
 
@@ -101,7 +116,9 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { verify_checksums: true }
+        Self {
+            verify_checksums: true,
+        }
     }
 }
 
@@ -138,16 +155,34 @@ impl Index {
         };
         // Offsets depend on the header length, which depends on the offsets'
         // encoded sizes: iterate until stable (twice in practice).
-        header.sections = SectionKind::ALL.iter().map(|&kind| SectionEntry { kind, offset: 0, len: 0, checksum: 0 }).collect();
+        header.sections = SectionKind::ALL
+            .iter()
+            .map(|&kind| SectionEntry {
+                kind,
+                offset: 0,
+                len: 0,
+                checksum: 0,
+            })
+            .collect();
         let mut header_bytes;
         loop {
-            header_bytes = bincode::serde::encode_to_vec(&header, bincode_config())
-                .map_err(|e| IndexError::Invalid { where_: String::new(), problem: format!("header does not encode: {e}") })?;
+            header_bytes =
+                bincode::serde::encode_to_vec(&header, bincode_config()).map_err(|e| {
+                    IndexError::Invalid {
+                        where_: String::new(),
+                        problem: format!("header does not encode: {e}"),
+                    }
+                })?;
             let mut off = align_up(PREAMBLE_LEN + header_bytes.len());
             let mut changed = false;
             for entry in header.sections.iter_mut() {
                 let b = section_bytes(&parts, entry.kind);
-                let new = SectionEntry { kind: entry.kind, offset: off as u64, len: b.len() as u64, checksum: xxh3_64(b) };
+                let new = SectionEntry {
+                    kind: entry.kind,
+                    offset: off as u64,
+                    len: b.len() as u64,
+                    checksum: xxh3_64(b),
+                };
                 changed |= new != *entry;
                 *entry = new;
                 off = align_up(off + b.len());
@@ -156,7 +191,10 @@ impl Index {
                 break;
             }
         }
-        let total = header.sections.last().map_or(0, |s| (s.offset + s.len) as usize);
+        let total = header
+            .sections
+            .last()
+            .map_or(0, |s| (s.offset + s.len) as usize);
         let mut words = vec![0u64; total.div_ceil(8)];
         {
             let buf: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut words)[..total];
@@ -172,7 +210,13 @@ impl Index {
         }
         drop(parts);
         // Checksums were just computed from these bytes: skip re-hashing.
-        Self::validate(Storage::Owned(words, total), String::new(), LoadOptions { verify_checksums: false })
+        Self::validate(
+            Storage::Owned(words, total),
+            String::new(),
+            LoadOptions {
+                verify_checksums: false,
+            },
+        )
     }
 
     /// Load and fully validate an index file (memory-mapped).
@@ -183,7 +227,10 @@ impl Index {
     /// [`Index::load`] with options.
     pub fn load_with(path: impl AsRef<Path>, opts: LoadOptions) -> Result<Self, IndexError> {
         let path = path.as_ref();
-        let io = |source| IndexError::Io { path: path.to_path_buf(), source };
+        let io = |source| IndexError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: read-only private map. Index files are written by rename, so the
         // file behind a path is never modified in place by octex; every section is
@@ -195,7 +242,12 @@ impl Index {
     /// Write the index atomically (temporary file, fsync, rename).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), IndexError> {
         let path = path.as_ref();
-        write_atomically(path, |w| std::io::Write::write_all(w, self.storage.bytes())).map_err(|source| IndexError::Io { path: path.to_path_buf(), source })
+        write_atomically(path, |w| std::io::Write::write_all(w, self.storage.bytes())).map_err(
+            |source| IndexError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+        )
     }
 
     /// The raw bytes of the whole index (the file's contents).
@@ -206,8 +258,14 @@ impl Index {
     fn validate(storage: Storage, origin: String, opts: LoadOptions) -> Result<Self, IndexError> {
         let w = || origin.clone();
         let bytes = storage.bytes();
-        let truncated = |problem: String| IndexError::Truncated { where_: w(), problem };
-        let invalid = |problem: String| IndexError::Invalid { where_: w(), problem };
+        let truncated = |problem: String| IndexError::Truncated {
+            where_: w(),
+            problem,
+        };
+        let invalid = |problem: String| IndexError::Invalid {
+            where_: w(),
+            problem,
+        };
         if bytes.len() < 8 || &bytes[..8] != MAGIC {
             if bytes.len() < 8 && MAGIC.starts_with(bytes) {
                 return Err(truncated(format!("{} bytes", bytes.len())));
@@ -215,47 +273,77 @@ impl Index {
             return Err(IndexError::NotAnIndex(w()));
         }
         if bytes.len() < PREAMBLE_LEN {
-            return Err(truncated(format!("{} bytes, shorter than the preamble", bytes.len())));
+            return Err(truncated(format!(
+                "{} bytes, shorter than the preamble",
+                bytes.len()
+            )));
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
         if version != FORMAT_VERSION {
-            return Err(IndexError::Version { where_: w(), found: version, supported: FORMAT_VERSION });
+            return Err(IndexError::Version {
+                where_: w(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
         let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
         if hlen > MAX_HEADER_LEN {
             return Err(invalid(format!("header length {hlen} is implausible")));
         }
         if bytes.len() < PREAMBLE_LEN + hlen {
-            return Err(truncated(format!("header needs {} bytes, file has {}", PREAMBLE_LEN + hlen, bytes.len())));
+            return Err(truncated(format!(
+                "header needs {} bytes, file has {}",
+                PREAMBLE_LEN + hlen,
+                bytes.len()
+            )));
         }
         let hsum = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
         let hbytes = &bytes[PREAMBLE_LEN..PREAMBLE_LEN + hlen];
         if xxh3_64(hbytes) != hsum {
-            return Err(IndexError::Checksum { where_: w(), part: "header".into() });
+            return Err(IndexError::Checksum {
+                where_: w(),
+                part: "header".into(),
+            });
         }
         let (header, _): (IndexHeader, usize) =
-            bincode::serde::decode_from_slice(hbytes, bincode_config()).map_err(|e| invalid(format!("header does not decode: {e}")))?;
+            bincode::serde::decode_from_slice(hbytes, bincode_config())
+                .map_err(|e| invalid(format!("header does not decode: {e}")))?;
 
         // Sections: present once each, in order, aligned, inside the file.
         if header.sections.len() != SectionKind::ALL.len() {
-            return Err(invalid(format!("{} sections, expected {}", header.sections.len(), SectionKind::ALL.len())));
+            return Err(invalid(format!(
+                "{} sections, expected {}",
+                header.sections.len(),
+                SectionKind::ALL.len()
+            )));
         }
         let mut ranges: [Range<usize>; SectionKind::ALL.len()] = Default::default();
         let mut prev_end = PREAMBLE_LEN + hlen;
         for (i, (entry, kind)) in header.sections.iter().zip(SectionKind::ALL).enumerate() {
             if entry.kind != kind {
-                return Err(invalid(format!("section {i} is {:?}, expected {kind:?}", entry.kind)));
+                return Err(invalid(format!(
+                    "section {i} is {:?}, expected {kind:?}",
+                    entry.kind
+                )));
             }
             let start = entry.offset as usize;
-            let end = start.checked_add(entry.len as usize).ok_or_else(|| invalid(format!("{kind:?} overflows")))?;
+            let end = start
+                .checked_add(entry.len as usize)
+                .ok_or_else(|| invalid(format!("{kind:?} overflows")))?;
             if start % SECTION_ALIGN != 0 || start < prev_end {
                 return Err(invalid(format!("{kind:?} at offset {start} is misplaced")));
             }
             if end > bytes.len() {
-                return Err(truncated(format!("{kind:?} ends at byte {end}, file has {}", bytes.len())));
+                return Err(truncated(format!(
+                    "{kind:?} ends at byte {end}, file has {}",
+                    bytes.len()
+                )));
             }
             if opts.verify_checksums && xxh3_64(&bytes[start..end]) != entry.checksum {
-                return Err(IndexError::Checksum { where_: w(), part: format!("{kind:?}") });
+                return Err(IndexError::Checksum {
+                    where_: w(),
+                    part: format!("{kind:?}"),
+                });
             }
             ranges[i] = start..end;
             prev_end = end;
@@ -272,7 +360,15 @@ impl Index {
         if m == 0 || m > dim || mc < 8 * h.blocks as usize || mc > m {
             return Err(invalid(format!("basis of {m} and rotation of {mc} directions do not fit dimension {dim} and {} blocks", h.blocks)));
         }
-        if n == 0 || dim == 0 || h.copies == 0 || h.blocks == 0 || h.spacings == 0 || h.list_len == 0 || sw == 0 || h.row_len == 0 {
+        if n == 0
+            || dim == 0
+            || h.copies == 0
+            || h.blocks == 0
+            || h.spacings == 0
+            || h.list_len == 0
+            || sw == 0
+            || h.row_len == 0
+        {
             return Err(invalid("a count in the header is zero".into()));
         }
         if n >= PAD_ID as usize {
@@ -283,15 +379,21 @@ impl Index {
             VectorDtype::F32 => 4,
         };
         let tables_n = h.copies as usize * h.spacings as usize;
-        let expect = |kind: SectionKind, elems: Option<usize>, esize: usize| -> Result<usize, IndexError> {
-            let len = ranges[kind as usize].len();
-            match elems {
-                Some(e) if e.checked_mul(esize) == Some(len) => Ok(e),
-                Some(e) => Err(invalid(format!("{kind:?} holds {len} bytes, expected {}", e.saturating_mul(esize)))),
-                None if len % esize == 0 => Ok(len / esize),
-                None => Err(invalid(format!("{kind:?} holds {len} bytes, not a multiple of {esize}"))),
-            }
-        };
+        let expect =
+            |kind: SectionKind, elems: Option<usize>, esize: usize| -> Result<usize, IndexError> {
+                let len = ranges[kind as usize].len();
+                match elems {
+                    Some(e) if e.checked_mul(esize) == Some(len) => Ok(e),
+                    Some(e) => Err(invalid(format!(
+                        "{kind:?} holds {len} bytes, expected {}",
+                        e.saturating_mul(esize)
+                    ))),
+                    None if len % esize == 0 => Ok(len / esize),
+                    None => Err(invalid(format!(
+                        "{kind:?} holds {len} bytes, not a multiple of {esize}"
+                    ))),
+                }
+            };
         use SectionKind::*;
         expect(Mean, Some(dim), 4)?;
         expect(Basis, dim.checked_mul(m), 4)?;
@@ -312,7 +414,12 @@ impl Index {
         let fragments = ripple_ids / h.list_len as usize;
         expect(Vectors, n.checked_mul(dim), vsize)?;
 
-        let index = Self { storage, header, ranges, origin };
+        let index = Self {
+            storage,
+            header,
+            ranges,
+            origin,
+        };
         // Values every search trusts: finite floats, ids in range, tables in bounds.
         let finite = |kind: SectionKind, v: &[f32]| -> Result<(), IndexError> {
             if v.iter().all(|x| x.is_finite()) {
@@ -327,7 +434,12 @@ impl Index {
         finite(Rotation, index.rotation())?;
         finite(Shifts, index.shifts())?;
         finite(SketchScales, index.sketch_scales())?;
-        if !index.spacings().windows(2).all(|p| p[0] < p[1]) || index.spacings().iter().any(|&s| !(s > 0.0 && s.is_finite())) {
+        if !index.spacings().windows(2).all(|p| p[0] < p[1])
+            || index
+                .spacings()
+                .iter()
+                .any(|&s| !(s > 0.0 && s.is_finite()))
+        {
             return Err(index.invalid("spacings must be positive and ascending".into()));
         }
         let ids_ok = |v: &[u32]| v.iter().all(|&id| (id as usize) < n || id == PAD_ID);
@@ -340,14 +452,21 @@ impl Index {
         for (t, e) in index.tables().iter().enumerate() {
             let cap = e.capacity as usize;
             let ok = (cap == 0 || cap.is_power_of_two())
-                && (e.slot_offset as usize).checked_add(cap).is_some_and(|end| end <= slots)
-                && (e.ripple_base as usize).checked_add(e.fragments as usize).is_some_and(|end| end <= fragments)
+                && (e.slot_offset as usize)
+                    .checked_add(cap)
+                    .is_some_and(|end| end <= slots)
+                && (e.ripple_base as usize)
+                    .checked_add(e.fragments as usize)
+                    .is_some_and(|end| end <= fragments)
                 && (e.fragments as usize) * 2 <= cap.max(0);
             if !ok {
                 return Err(index.invalid(format!("key table {t} is out of bounds")));
             }
             let ids = &index.table_slots()[e.slot_offset as usize..e.slot_offset as usize + cap];
-            if ids.iter().any(|&s| s != u32::MAX && s as u64 >= e.fragments) {
+            if ids
+                .iter()
+                .any(|&s| s != u32::MAX && s as u64 >= e.fragments)
+            {
                 return Err(index.invalid(format!("key table {t} names a fragment out of range")));
             }
         }
@@ -355,7 +474,10 @@ impl Index {
     }
 
     fn invalid(&self, problem: String) -> IndexError {
-        IndexError::Invalid { where_: self.origin.clone(), problem }
+        IndexError::Invalid {
+            where_: self.origin.clone(),
+            problem,
+        }
     }
 
     fn section<T: bytemuck::Pod>(&self, kind: SectionKind) -> &[T] {
@@ -438,7 +560,11 @@ impl Index {
         let e = &self.tables()[copy * self.header.spacings as usize + spacing];
         let so = e.slot_offset as usize;
         let cap = e.capacity as usize;
-        let ord = crate::table::lookup(&self.table_keys()[so..so + cap], &self.table_slots()[so..so + cap], key)?;
+        let ord = crate::table::lookup(
+            &self.table_keys()[so..so + cap],
+            &self.table_slots()[so..so + cap],
+            key,
+        )?;
         let l = self.header.list_len as usize;
         let start = (e.ripple_base as usize + ord as usize) * l;
         Some(&self.ripples()[start..start + l])
@@ -446,7 +572,11 @@ impl Index {
 
     /// Bytes of each part, for size reports.
     pub fn section_sizes(&self) -> Vec<(SectionKind, u64)> {
-        self.header.sections.iter().map(|s| (s.kind, s.len)).collect()
+        self.header
+            .sections
+            .iter()
+            .map(|s| (s.kind, s.len))
+            .collect()
     }
 
     /// Rebuild the copy map (basis, rotations, shifts, spacings) for projecting

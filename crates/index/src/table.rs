@@ -85,7 +85,9 @@ mod tests {
 
     #[test]
     fn every_key_is_found_and_others_are_not() {
-        let keys: Vec<u64> = (0..1000u64).map(|i| octex_lattice::key::fmix64(i + 1)).collect();
+        let keys: Vec<u64> = (0..1000u64)
+            .map(|i| octex_lattice::key::fmix64(i + 1))
+            .collect();
         let (sk, si) = build_table(&keys);
         assert!(sk.len() >= 2000 && sk.len().is_power_of_two());
         for (i, &k) in keys.iter().enumerate() {

@@ -69,9 +69,18 @@ pub enum VectorFileError {
     #[error("{path}: {problem}")]
     Malformed { path: PathBuf, problem: String },
     #[error("{path}: row {row}, column {col} is {value} (vectors must be finite)")]
-    NotFinite { path: PathBuf, row: usize, col: usize, value: f32 },
+    NotFinite {
+        path: PathBuf,
+        row: usize,
+        col: usize,
+        value: f32,
+    },
     #[error("{path}: holds {found} values, but {expected} were asked for")]
-    WrongDtype { path: PathBuf, found: Dtype, expected: &'static str },
+    WrongDtype {
+        path: PathBuf,
+        found: Dtype,
+        expected: &'static str,
+    },
 }
 
 type Result<T> = std::result::Result<T, VectorFileError>;
@@ -97,43 +106,85 @@ pub struct VectorFile {
 
 impl fmt::Debug for VectorFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "VectorFile({}, {} x {} {})", self.path.display(), self.rows, self.dim, self.dtype)
+        write!(
+            f,
+            "VectorFile({}, {} x {} {})",
+            self.path.display(),
+            self.rows,
+            self.dim,
+            self.dtype
+        )
     }
 }
 
 fn malformed(path: &Path, problem: impl Into<String>) -> VectorFileError {
-    VectorFileError::Malformed { path: path.to_path_buf(), problem: problem.into() }
+    VectorFileError::Malformed {
+        path: path.to_path_buf(),
+        problem: problem.into(),
+    }
 }
 
 impl VectorFile {
     /// Open and validate; the format comes from the extension.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-        let io_err = |source| VectorFileError::Io { path: path.to_path_buf(), source };
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let io_err = |source| VectorFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = File::open(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len() as usize;
         // SAFETY: the map is read-only and private to this process; the file is not
         // expected to change while open (documented), and every access below is
         // bounds-checked against the length validated here.
-        let map = if len == 0 { None } else { Some(unsafe { Mmap::map(&file) }.map_err(io_err)?) };
+        let map = if len == 0 {
+            None
+        } else {
+            Some(unsafe { Mmap::map(&file) }.map_err(io_err)?)
+        };
         let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
         let (layout, dtype, rows, dim) = match ext.as_str() {
             "fvecs" => Self::scan_texmex(path, bytes, Dtype::F32)?,
             "bvecs" => Self::scan_texmex(path, bytes, Dtype::U8)?,
             "ivecs" => Self::scan_texmex(path, bytes, Dtype::I32)?,
             "npy" => Self::scan_npy(path, bytes)?,
-            _ => return Err(VectorFileError::UnknownFormat { path: path.to_path_buf() }),
+            _ => {
+                return Err(VectorFileError::UnknownFormat {
+                    path: path.to_path_buf(),
+                })
+            }
         };
-        Ok(Self { path: path.to_path_buf(), map, layout, dtype, rows, dim })
+        Ok(Self {
+            path: path.to_path_buf(),
+            map,
+            layout,
+            dtype,
+            rows,
+            dim,
+        })
     }
 
-    fn scan_texmex(path: &Path, bytes: &[u8], dtype: Dtype) -> Result<(Layout, Dtype, usize, usize)> {
+    fn scan_texmex(
+        path: &Path,
+        bytes: &[u8],
+        dtype: Dtype,
+    ) -> Result<(Layout, Dtype, usize, usize)> {
         if bytes.is_empty() {
             return Ok((Layout::Texmex, dtype, 0, 0));
         }
         if bytes.len() < 4 {
-            return Err(malformed(path, format!("truncated: {} bytes, less than one record header", bytes.len())));
+            return Err(malformed(
+                path,
+                format!(
+                    "truncated: {} bytes, less than one record header",
+                    bytes.len()
+                ),
+            ));
         }
         let d = i32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
         if d <= 0 || d > 1 << 20 {
@@ -168,7 +219,10 @@ impl VectorFile {
                 if bytes.len() < 12 {
                     return Err(malformed(path, "truncated .npy header"));
                 }
-                (u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize, 12)
+                (
+                    u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize,
+                    12,
+                )
             }
             v => return Err(malformed(path, format!("unsupported .npy version {v}"))),
         };
@@ -176,7 +230,8 @@ impl VectorFile {
         if bytes.len() < data_offset {
             return Err(malformed(path, "truncated .npy header"));
         }
-        let header = std::str::from_utf8(&bytes[hstart..data_offset]).map_err(|_| malformed(path, "npy header is not text"))?;
+        let header = std::str::from_utf8(&bytes[hstart..data_offset])
+            .map_err(|_| malformed(path, "npy header is not text"))?;
         let field = |name: &str| -> Option<&str> {
             let at = header.find(&format!("'{name}'"))?;
             let rest = &header[at + name.len() + 2..];
@@ -192,32 +247,65 @@ impl VectorFile {
             "|u1" | "<u1" => Dtype::U8,
             "|i1" | "<i1" => Dtype::I8,
             "<i4" => Dtype::I32,
-            other => return Err(malformed(path, format!("unsupported dtype '{other}' (supported: <f4, <f2, |u1, |i1, <i4)"))),
+            other => {
+                return Err(malformed(
+                    path,
+                    format!("unsupported dtype '{other}' (supported: <f4, <f2, |u1, |i1, <i4)"),
+                ))
+            }
         };
-        let fortran = field("fortran_order").ok_or_else(|| malformed(path, "npy header has no 'fortran_order'"))?;
+        let fortran = field("fortran_order")
+            .ok_or_else(|| malformed(path, "npy header has no 'fortran_order'"))?;
         let fortran = fortran.starts_with("True");
         let shape = field("shape").ok_or_else(|| malformed(path, "npy header has no 'shape'"))?;
-        let close = shape.find(')').ok_or_else(|| malformed(path, "bad 'shape'"))?;
+        let close = shape
+            .find(')')
+            .ok_or_else(|| malformed(path, "bad 'shape'"))?;
         let dims: Vec<usize> = shape[1..close]
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<usize>().map_err(|_| malformed(path, format!("bad shape entry '{s}'"))))
+            .map(|s| {
+                s.parse::<usize>()
+                    .map_err(|_| malformed(path, format!("bad shape entry '{s}'")))
+            })
             .collect::<Result<_>>()?;
         let (rows, dim) = match dims.as_slice() {
             [n] => (*n, 1),
             [n, d] => (*n, *d),
-            other => return Err(malformed(path, format!("expected a 1-d or 2-d array, found shape {other:?}"))),
+            other => {
+                return Err(malformed(
+                    path,
+                    format!("expected a 1-d or 2-d array, found shape {other:?}"),
+                ))
+            }
         };
-        let need = rows.checked_mul(dim).and_then(|v| v.checked_mul(dtype.size())).ok_or_else(|| malformed(path, "shape overflows"))?;
+        let need = rows
+            .checked_mul(dim)
+            .and_then(|v| v.checked_mul(dtype.size()))
+            .ok_or_else(|| malformed(path, "shape overflows"))?;
         let have = bytes.len() - data_offset;
         if have < need {
             return Err(malformed(path, format!("truncated: header promises {need} data bytes ({rows} x {dim} {dtype}), file holds {have}")));
         }
         if have > need {
-            return Err(malformed(path, format!("{} trailing bytes after {rows} x {dim} {dtype}", have - need)));
+            return Err(malformed(
+                path,
+                format!(
+                    "{} trailing bytes after {rows} x {dim} {dtype}",
+                    have - need
+                ),
+            ));
         }
-        Ok((Layout::Npy { data_offset, fortran }, dtype, rows, dim))
+        Ok((
+            Layout::Npy {
+                data_offset,
+                fortran,
+            },
+            dtype,
+            rows,
+            dim,
+        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -250,8 +338,14 @@ impl VectorFile {
                 let start = r * (4 + w) + 4;
                 &self.bytes()[start..start + w]
             }
-            Layout::Npy { data_offset, fortran: false } => &self.bytes()[data_offset + r * w..data_offset + (r + 1) * w],
-            Layout::Npy { data_offset, fortran: true } => {
+            Layout::Npy {
+                data_offset,
+                fortran: false,
+            } => &self.bytes()[data_offset + r * w..data_offset + (r + 1) * w],
+            Layout::Npy {
+                data_offset,
+                fortran: true,
+            } => {
                 scratch.clear();
                 let b = self.bytes();
                 for c in 0..self.dim {
@@ -267,17 +361,39 @@ impl VectorFile {
     /// infinite values are an error naming the row.
     pub fn read_rows_f32(&self, start: usize, count: usize, out: &mut Vec<f32>) -> Result<()> {
         if self.dtype == Dtype::I32 {
-            return Err(VectorFileError::WrongDtype { path: self.path.clone(), found: self.dtype, expected: "vectors (f32, f16, u8 or i8)" });
+            return Err(VectorFileError::WrongDtype {
+                path: self.path.clone(),
+                found: self.dtype,
+                expected: "vectors (f32, f16, u8 or i8)",
+            });
         }
-        let end = start.checked_add(count).filter(|&e| e <= self.rows).ok_or_else(|| malformed(&self.path, format!("rows {start}..{} asked, file has {}", start + count, self.rows)))?;
+        let end = start
+            .checked_add(count)
+            .filter(|&e| e <= self.rows)
+            .ok_or_else(|| {
+                malformed(
+                    &self.path,
+                    format!(
+                        "rows {start}..{} asked, file has {}",
+                        start + count,
+                        self.rows
+                    ),
+                )
+            })?;
         out.reserve(count * self.dim);
         let mut scratch = Vec::new();
         for r in start..end {
             let b = self.row_bytes(r, &mut scratch);
             let before = out.len();
             match self.dtype {
-                Dtype::F32 => out.extend(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))),
-                Dtype::F16 => out.extend(b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())),
+                Dtype::F32 => out.extend(
+                    b.chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
+                ),
+                Dtype::F16 => out.extend(
+                    b.chunks_exact(2)
+                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+                ),
                 Dtype::U8 => out.extend(b.iter().map(|&v| v as f32)),
                 Dtype::I8 => out.extend(b.iter().map(|&v| v as i8 as f32)),
                 Dtype::I32 => unreachable!("rejected above"),
@@ -285,7 +401,12 @@ impl VectorFile {
             if let Some(col) = out[before..].iter().position(|v| !v.is_finite()) {
                 let value = out[before + col];
                 out.truncate(before);
-                return Err(VectorFileError::NotFinite { path: self.path.clone(), row: r, col, value });
+                return Err(VectorFileError::NotFinite {
+                    path: self.path.clone(),
+                    row: r,
+                    col,
+                    value,
+                });
             }
         }
         Ok(())
@@ -301,20 +422,39 @@ impl VectorFile {
     /// All rows of an integer file (`ivecs`, `.npy` of i32) as `i32`.
     pub fn read_all_i32(&self) -> Result<Vec<i32>> {
         if self.dtype != Dtype::I32 {
-            return Err(VectorFileError::WrongDtype { path: self.path.clone(), found: self.dtype, expected: "i32 ids" });
+            return Err(VectorFileError::WrongDtype {
+                path: self.path.clone(),
+                found: self.dtype,
+                expected: "i32 ids",
+            });
         }
         let mut out = Vec::with_capacity(self.rows * self.dim);
         let mut scratch = Vec::new();
         for r in 0..self.rows {
-            out.extend(self.row_bytes(r, &mut scratch).chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))));
+            out.extend(
+                self.row_bytes(r, &mut scratch)
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))),
+            );
         }
         Ok(out)
     }
 }
 
-fn write_texmex<T: Copy>(path: &Path, data: &[T], dim: usize, to_bytes: impl Fn(T, &mut Vec<u8>)) -> Result<()> {
+fn write_texmex<T: Copy>(
+    path: &Path,
+    data: &[T],
+    dim: usize,
+    to_bytes: impl Fn(T, &mut Vec<u8>),
+) -> Result<()> {
     if dim == 0 || data.len() % dim != 0 {
-        return Err(malformed(path, format!("cannot write {} values as rows of dimension {dim}", data.len())));
+        return Err(malformed(
+            path,
+            format!(
+                "cannot write {} values as rows of dimension {dim}",
+                data.len()
+            ),
+        ));
     }
     write_atomically(path, |w| {
         let mut buf = Vec::with_capacity(4 + dim * 4);
@@ -326,17 +466,24 @@ fn write_texmex<T: Copy>(path: &Path, data: &[T], dim: usize, to_bytes: impl Fn(
         }
         Ok(())
     })
-    .map_err(|source| VectorFileError::Io { path: path.to_path_buf(), source })
+    .map_err(|source| VectorFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Write `f32` rows as `.fvecs`.
 pub fn write_fvecs(path: &Path, data: &[f32], dim: usize) -> Result<()> {
-    write_texmex(path, data, dim, |v, b| b.extend_from_slice(&v.to_le_bytes()))
+    write_texmex(path, data, dim, |v, b| {
+        b.extend_from_slice(&v.to_le_bytes())
+    })
 }
 
 /// Write `i32` rows as `.ivecs`.
 pub fn write_ivecs(path: &Path, data: &[i32], dim: usize) -> Result<()> {
-    write_texmex(path, data, dim, |v, b| b.extend_from_slice(&v.to_le_bytes()))
+    write_texmex(path, data, dim, |v, b| {
+        b.extend_from_slice(&v.to_le_bytes())
+    })
 }
 
 /// Write `u8` rows as `.bvecs`.
@@ -363,9 +510,17 @@ pub fn write_npy(path: &Path, data: NpyData<'_>, dim: usize) -> Result<()> {
         NpyData::I32(d) => (Dtype::I32, d.len(), bytemuck::cast_slice(d)),
     };
     if dim == 0 || len % dim != 0 {
-        return Err(malformed(path, format!("cannot write {len} values as rows of dimension {dim}")));
+        return Err(malformed(
+            path,
+            format!("cannot write {len} values as rows of dimension {dim}"),
+        ));
     }
-    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}", dtype.npy_descr(), len / dim, dim);
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}",
+        dtype.npy_descr(),
+        len / dim,
+        dim
+    );
     // Pad so that magic + version + length + header + newline is a multiple of 64.
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
@@ -377,7 +532,10 @@ pub fn write_npy(path: &Path, data: NpyData<'_>, dim: usize) -> Result<()> {
         w.write_all(header.as_bytes())?;
         w.write_all(bytes)
     })
-    .map_err(|source| VectorFileError::Io { path: path.to_path_buf(), source })
+    .map_err(|source| VectorFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -406,7 +564,10 @@ mod tests {
         let p = dir.path().join("a.bvecs");
         write_bvecs(&p, &bytes, 16).unwrap();
         let f = VectorFile::open(&p).unwrap();
-        assert_eq!(f.read_all_f32().unwrap(), bytes.iter().map(|&b| b as f32).collect::<Vec<_>>());
+        assert_eq!(
+            f.read_all_f32().unwrap(),
+            bytes.iter().map(|&b| b as f32).collect::<Vec<_>>()
+        );
 
         for (name, d) in [
             ("f32.npy", NpyData::F32(&data)),
@@ -445,7 +606,10 @@ mod tests {
         }
         std::fs::write(&p, &b).unwrap();
         let f = VectorFile::open(&p).unwrap();
-        assert_eq!(f.read_all_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            f.read_all_f32().unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
     }
 
     #[test]
@@ -472,10 +636,18 @@ mod tests {
         assert!(e.contains("dimension changes mid-file"), "{e}");
 
         write_fvecs(&p, &[1.0, f32::NAN, 2.0, 3.0], 2).unwrap();
-        let e = VectorFile::open(&p).unwrap().read_all_f32().unwrap_err().to_string();
+        let e = VectorFile::open(&p)
+            .unwrap()
+            .read_all_f32()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("row 0, column 1") && e.contains("NaN"), "{e}");
         write_fvecs(&p, &[1.0, 0.0, f32::INFINITY, 3.0], 2).unwrap();
-        let e = VectorFile::open(&p).unwrap().read_all_f32().unwrap_err().to_string();
+        let e = VectorFile::open(&p)
+            .unwrap()
+            .read_all_f32()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("row 1, column 0") && e.contains("inf"), "{e}");
 
         let p = dir.path().join("w.npy");
@@ -489,10 +661,15 @@ mod tests {
         std::fs::write(&p2, &b).unwrap();
         let e = VectorFile::open(&p2).unwrap_err().to_string();
         assert!(e.contains("truncated"), "{e}");
-        let e = VectorFile::open(dir.path().join("x.txt")).unwrap_err().to_string();
+        let e = VectorFile::open(dir.path().join("x.txt"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("x.txt"), "{e}");
         let p3 = dir.path().join("ids.ivecs");
         write_ivecs(&p3, &[1, 2], 2).unwrap();
-        assert!(matches!(VectorFile::open(&p3).unwrap().read_all_f32(), Err(VectorFileError::WrongDtype { .. })));
+        assert!(matches!(
+            VectorFile::open(&p3).unwrap().read_all_f32(),
+            Err(VectorFileError::WrongDtype { .. })
+        ));
     }
 }

@@ -41,7 +41,11 @@ pub struct CopyMapParams {
 
 impl Default for CopyMapParams {
     fn default() -> Self {
-        Self { copies: 32, blocks: 4, seed: 0x0c7e_c5ee_d }
+        Self {
+            copies: 32,
+            blocks: 4,
+            seed: 0x0c7e_c5ee_d,
+        }
     }
 }
 
@@ -70,7 +74,10 @@ pub struct CopyMap {
 /// Random `m x k` matrix with orthonormal columns (row-major), by modified
 /// Gram-Schmidt of a Gaussian matrix.
 pub fn random_orthonormal(m: usize, k: usize, rng: &mut GaussianRng) -> Vec<f64> {
-    assert!(k <= m, "cannot draw {k} orthonormal columns in {m} dimensions");
+    assert!(
+        k <= m,
+        "cannot draw {k} orthonormal columns in {m} dimensions"
+    );
     let mut cols: Vec<Vec<f64>> = Vec::with_capacity(k);
     while cols.len() < k {
         let mut v: Vec<f64> = (0..m).map(|_| rng.normal()).collect();
@@ -100,11 +107,22 @@ impl CopyMap {
     /// `mean` the data mean, `m_c` (`8b <= m_c <= m`) how many leading principal
     /// directions the copies draw from, `sigma > 0` the scale of a projected
     /// coordinate.
-    pub fn random(mean: &[f32], basis: &[f64], m: usize, m_c: usize, sigma: f64, params: &CopyMapParams, spacings: Vec<f32>) -> Self {
+    pub fn random(
+        mean: &[f32],
+        basis: &[f64],
+        m: usize,
+        m_c: usize,
+        sigma: f64,
+        params: &CopyMapParams,
+        spacings: Vec<f32>,
+    ) -> Self {
         let dim = mean.len();
         let cd = BLOCK_DIM * params.blocks;
         assert_eq!(basis.len(), dim * m, "basis must be D x m");
-        assert!(cd <= m_c && m_c <= m, "a copy needs {cd} <= m_c = {m_c} <= m = {m}");
+        assert!(
+            cd <= m_c && m_c <= m,
+            "a copy needs {cd} <= m_c = {m_c} <= m = {m}"
+        );
         assert!(sigma > 0.0 && sigma.is_finite());
         let width = params.copies * cd;
         let mut rotation = vec![0f32; m_c * width];
@@ -122,8 +140,24 @@ impl CopyMap {
             }
         }
         let basis32: Vec<f32> = basis.iter().map(|&v| v as f32).collect();
-        let basis_bias = (0..m).map(|j| (0..dim).map(|i| mean[i] as f64 * basis[i * m + j]).sum::<f64>() as f32).collect();
-        Self { dim, copies: params.copies, blocks: params.blocks, basis: basis32, basis_dim: m, basis_bias, rotation, shifts, spacings }
+        let basis_bias = (0..m)
+            .map(|j| {
+                (0..dim)
+                    .map(|i| mean[i] as f64 * basis[i * m + j])
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        Self {
+            dim,
+            copies: params.copies,
+            blocks: params.blocks,
+            basis: basis32,
+            basis_dim: m,
+            basis_bias,
+            rotation,
+            shifts,
+            spacings,
+        }
     }
 
     /// `m_c`, the principal directions the copies draw from.
@@ -221,7 +255,14 @@ fn par(parallel: bool) -> faer::Par {
 }
 
 /// `out (n x k) = xs (n x d) * w (d x k) - bias`, row-major, through faer.
-pub fn project_rows(xs: &[f32], d: usize, w: &[f32], bias: &[f32], out: &mut [f32], parallel: bool) {
+pub fn project_rows(
+    xs: &[f32],
+    d: usize,
+    w: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    parallel: bool,
+) {
     let k = bias.len();
     assert_eq!(w.len(), d * k);
     assert_eq!(xs.len() % d.max(1), 0);
@@ -257,7 +298,9 @@ mod tests {
         let mut out = vec![0.0; d * w];
         for i in 0..d {
             for j in 0..w {
-                out[i * w + j] = (0..mc).map(|t| map.basis[i * m + t] as f64 * map.rotation[t * w + j] as f64).sum();
+                out[i * w + j] = (0..mc)
+                    .map(|t| map.basis[i * m + t] as f64 * map.rotation[t * w + j] as f64)
+                    .sum();
             }
         }
         out
@@ -266,13 +309,27 @@ mod tests {
     #[test]
     fn projection_columns_are_orthonormal_per_copy() {
         let d = 70;
-        let map = CopyMap::random(&vec![0.0; d], &identity_basis(d, 64), 64, 64, 1.0, &CopyMapParams { copies: 5, blocks: 4, seed: 9 }, vec![1.0]);
+        let map = CopyMap::random(
+            &vec![0.0; d],
+            &identity_basis(d, 64),
+            64,
+            64,
+            1.0,
+            &CopyMapParams {
+                copies: 5,
+                blocks: 4,
+                seed: 9,
+            },
+            vec![1.0],
+        );
         let w = map.width();
         let u = effective(&map);
         for c in 0..map.copies {
             for a in 0..32 {
                 for b in 0..32 {
-                    let dot: f64 = (0..d).map(|i| u[i * w + c * 32 + a] * u[i * w + c * 32 + b]).sum();
+                    let dot: f64 = (0..d)
+                        .map(|i| u[i * w + c * 32 + a] * u[i * w + c * 32 + b])
+                        .sum();
                     let want = if a == b { 1.0 } else { 0.0 };
                     assert!((dot - want).abs() < 1e-5, "copy {c} cols {a},{b}: {dot}");
                 }
@@ -285,11 +342,23 @@ mod tests {
     fn same_seed_same_map_other_seed_other_map() {
         let d = 40;
         let basis = identity_basis(d, 32);
-        let p = CopyMapParams { copies: 3, blocks: 4, seed: 1 };
+        let p = CopyMapParams {
+            copies: 3,
+            blocks: 4,
+            seed: 1,
+        };
         let a = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &p, vec![1.0, 2.0]);
         let b = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &p, vec![1.0, 2.0]);
         assert_eq!(a, b);
-        let c = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &CopyMapParams { seed: 2, ..p }, vec![1.0, 2.0]);
+        let c = CopyMap::random(
+            &vec![0.5; d],
+            &basis,
+            32,
+            32,
+            2.0,
+            &CopyMapParams { seed: 2, ..p },
+            vec![1.0, 2.0],
+        );
         assert_ne!(a.rotation, c.rotation);
     }
 
@@ -298,7 +367,19 @@ mod tests {
         let d = 33;
         let basis = identity_basis(d, 32);
         let mean: Vec<f32> = (0..d).map(|i| i as f32 * 0.01).collect();
-        let map = CopyMap::random(&mean, &basis, 32, 32, 0.5, &CopyMapParams { copies: 2, blocks: 4, seed: 4 }, vec![0.7, 1.5]);
+        let map = CopyMap::random(
+            &mean,
+            &basis,
+            32,
+            32,
+            0.5,
+            &CopyMapParams {
+                copies: 2,
+                blocks: 4,
+                seed: 4,
+            },
+            vec![0.7, 1.5],
+        );
         let mut rng = GaussianRng::new(5, 0);
         let n = 17;
         let xs: Vec<f32> = (0..n * d).map(|_| rng.normal() as f32).collect();
@@ -309,7 +390,9 @@ mod tests {
         let u = effective(&map);
         for r in 0..n {
             for j in 0..w {
-                let want: f64 = (0..d).map(|i| (xs[r * d + i] - mean[i]) as f64 * u[i * w + j]).sum();
+                let want: f64 = (0..d)
+                    .map(|i| (xs[r * d + i] - mean[i]) as f64 * u[i * w + j])
+                    .sum();
                 assert!((want - out[r * w + j] as f64).abs() < 1e-4);
             }
             for c in 0..2 {
@@ -321,7 +404,11 @@ mod tests {
                     map.centre(&coords, c, s, &mut centre);
                     let dz: f32 = z.iter().zip(&centre).map(|(a, b)| (a - b) * (a - b)).sum();
                     let f = map.spacings[s];
-                    assert!((dz - dl * f * f).abs() < 1e-3 * (1.0 + dz), "{dz} vs {}", dl * f * f);
+                    assert!(
+                        (dz - dl * f * f).abs() < 1e-3 * (1.0 + dz),
+                        "{dz} vs {}",
+                        dl * f * f
+                    );
                     assert!(dl <= 4.0 + 1e-4, "b blocks: squared error at most b");
                 }
             }

@@ -13,7 +13,13 @@
 //! and coset candidates are equally near, the D8 candidate wins.
 
 /// The float types the decoders work in.
-pub trait LatticeFloat: Copy + PartialOrd + core::ops::Sub<Output = Self> + core::ops::Mul<Output = Self> + core::ops::Add<Output = Self> {
+pub trait LatticeFloat:
+    Copy
+    + PartialOrd
+    + core::ops::Sub<Output = Self>
+    + core::ops::Mul<Output = Self>
+    + core::ops::Add<Output = Self>
+{
     const HALF: Self;
     const ZERO: Self;
     fn floor(self) -> Self;
@@ -162,7 +168,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn sq_dist2(x: &[f64; 8], p2: &[i32; 8]) -> f64 {
-        x.iter().zip(p2).map(|(a, &b)| (a - b as f64 / 2.0).powi(2)).sum()
+        x.iter()
+            .zip(p2)
+            .map(|(a, &b)| (a - b as f64 / 2.0).powi(2))
+            .sum()
     }
 
     #[test]
@@ -199,7 +208,10 @@ mod tests {
                 assert!(d <= 1.0 + 1e-12, "squared error {d} above covering radius");
                 for m in &mv {
                     let q: [i32; 8] = core::array::from_fn(|i| p[i] + m[i]);
-                    assert!(sq_dist2(&x, &q) >= d - 1e-9, "neighbour {q:?} nearer than {p:?} to {x:?}");
+                    assert!(
+                        sq_dist2(&x, &q) >= d - 1e-9,
+                        "neighbour {q:?} nearer than {p:?} to {x:?}"
+                    );
                 }
             }
         }
@@ -236,7 +248,10 @@ mod tests {
         for _ in 0..3_000 {
             let x: [f64; 8] = core::array::from_fn(|_| uniform(&mut s) * 1.4 - 0.7);
             let (_p, d) = decode_e8(&x);
-            let best = pts.iter().map(|q| sq_dist2(&x, q)).fold(f64::INFINITY, f64::min);
+            let best = pts
+                .iter()
+                .map(|q| sq_dist2(&x, q))
+                .fold(f64::INFINITY, f64::min);
             assert!((d - best).abs() < 1e-9, "decoder {d} vs exhaustive {best}");
         }
     }

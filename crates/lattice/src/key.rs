@@ -58,7 +58,10 @@ pub struct FragmentKey {
 
 impl FragmentKey {
     pub fn from_doubled(doubled: &[i32]) -> Self {
-        Self { key: fragment_key(doubled), check: hash_coords(CHECK_SEED, doubled) }
+        Self {
+            key: fragment_key(doubled),
+            check: hash_coords(CHECK_SEED, doubled),
+        }
     }
 }
 

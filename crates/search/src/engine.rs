@@ -41,6 +41,9 @@ pub struct SearchStats {
     pub exact_distances: u64,
     /// First-round hits per spacing index (which spacing answered a copy).
     pub spacing_hits: [u64; 8],
+    /// Queries whose first round found fewer than `S` ids and took the fallback
+    /// entry points.
+    pub seeded_queries: u64,
 }
 
 impl SearchStats {
@@ -50,6 +53,7 @@ impl SearchStats {
         self.copies_without_fragment += o.copies_without_fragment;
         self.sketch_distances += o.sketch_distances;
         self.exact_distances += o.exact_distances;
+        self.seeded_queries += o.seeded_queries;
         for (a, b) in self.spacing_hits.iter_mut().zip(o.spacing_hits) {
             *a += b;
         }
@@ -65,6 +69,29 @@ pub(crate) struct Engine {
     pub w: usize,
     pub row_len: usize,
     pub list_len: usize,
+    /// Fallback entry points (see [`entry_points`]).
+    pub seeds: Vec<u32>,
+}
+
+/// Most fallback entry points.
+pub const MAX_SEEDS: usize = 256;
+
+/// Fallback entry points: [`MAX_SEEDS`] ids spread uniformly over the index (a
+/// multiplicative-hash stride, so no id order of the data aligns with it).
+/// Decision: a query far from all data (an outlier, or an inner-product query,
+/// whose appended 0 puts it outside the augmented data) can find no stored
+/// fragment in any copy; without seeds its waves would have no start points and
+/// it would return nothing. A uniform sample reaches every part of the data, also
+/// when the neighbour graph falls apart into clusters. Costs nothing for queries
+/// whose first round finds at least `S` ids.
+pub fn entry_points(index: &Index) -> Vec<u32> {
+    let n = index.len() as u64;
+    let mut seeds: Vec<u32> = (0..MAX_SEEDS as u64)
+        .map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n) as u32)
+        .collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    seeds
 }
 
 /// Per-thread reusable buffers.
@@ -88,7 +115,8 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     pub fn new(engine: &Engine, p: &SearchParams) -> Self {
-        let max_entries = engine.map.copies * p.read_depth.min(engine.list_len) + p.waves * p.start_points * engine.row_len;
+        let max_entries = engine.map.copies * p.read_depth.min(engine.list_len)
+            + p.waves * p.start_points * engine.row_len;
         Self {
             visited: VisitedSet::new(max_entries),
             fresh: Vec::with_capacity(max_entries),
@@ -111,7 +139,16 @@ impl Engine {
     pub fn new(index: &Index, kernel: SketchFn) -> Self {
         let h = index.header();
         let (exact_f32, exact_f16) = crate::simd::exact_kernels();
-        Self { map: index.copy_map(), kernel, exact_f32, exact_f16, w: h.sketch_width as usize, row_len: h.row_len as usize, list_len: h.list_len as usize }
+        Self {
+            map: index.copy_map(),
+            kernel,
+            exact_f32,
+            exact_f16,
+            w: h.sketch_width as usize,
+            row_len: h.row_len as usize,
+            list_len: h.list_len as usize,
+            seeds: entry_points(index),
+        }
     }
 
     /// Sketch coordinates (`n x w`) from principal coordinates (`n x m`): the
@@ -136,7 +173,11 @@ impl Engine {
         s.cand.clear();
         for &id in &s.fresh {
             let row = &sk[id as usize * w..id as usize * w + w];
-            s.cand.push(Cand { d: (self.kernel)(qs, scales, row), id, expanded: false });
+            s.cand.push(Cand {
+                d: (self.kernel)(qs, scales, row),
+                id,
+                expanded: false,
+            });
         }
         s.stats.sketch_distances += s.fresh.len() as u64;
     }
@@ -173,11 +214,26 @@ impl Engine {
     /// Writes `k` ids and exact squared L2 distances (in the stored space),
     /// padded with `PAD_ID` / infinity when fewer were found.
     #[allow(clippy::too_many_arguments)]
-    pub fn search_one(&self, index: &Index, z: &[f32], qs: &[f32], q: &[f32], k: usize, p: &SearchParams, s: &mut Scratch, out_ids: &mut [u32], out_d: &mut [f32]) {
+    pub fn search_one(
+        &self,
+        index: &Index,
+        z: &[f32],
+        qs: &[f32],
+        q: &[f32],
+        k: usize,
+        p: &SearchParams,
+        s: &mut Scratch,
+        out_ids: &mut [u32],
+        out_d: &mut [f32],
+    ) {
         let cd = self.map.copy_dim();
         let nsp = self.map.spacings.len();
         let r = p.read_depth.min(self.list_len);
-        let m = p.rerank.max(p.start_points * p.waves).max(p.start_points).max(k);
+        let m = p
+            .rerank
+            .max(p.start_points * p.waves)
+            .max(p.start_points)
+            .max(k);
         let scales = index.sketch_scales();
         s.visited.clear();
         s.best.clear();
@@ -202,7 +258,8 @@ impl Engine {
             }
             for &c in &s.pending {
                 let c = c as usize;
-                self.map.decode(&z[c * cd..(c + 1) * cd], c, sp, &mut s.coords[..cd]);
+                self.map
+                    .decode(&z[c * cd..(c + 1) * cd], c, sp, &mut s.coords[..cd]);
                 let key = octex_lattice::fragment_key(&s.coords[..cd]);
                 s.qkeys[c] = key;
                 let e = &tables[c * nsp + sp];
@@ -216,7 +273,11 @@ impl Engine {
                 let cu = c as usize;
                 let e = &tables[cu * nsp + sp];
                 let (so, cap) = (e.slot_offset as usize, e.capacity as usize);
-                match octex_index::table::lookup(&table_keys[so..so + cap], &table_slots[so..so + cap], s.qkeys[cu]) {
+                match octex_index::table::lookup(
+                    &table_keys[so..so + cap],
+                    &table_slots[so..so + cap],
+                    s.qkeys[cu],
+                ) {
                     Some(ord) => {
                         let start = (e.ripple_base as usize + ord as usize) * l;
                         prefetch_u32(&ripples[start]);
@@ -231,8 +292,19 @@ impl Engine {
         s.stats.copies_without_fragment += s.pending.len() as u64;
         for &start in &s.hits {
             let start = start as usize;
-            for &id in ripples[start..start + r].iter().take_while(|&&id| id != PAD_ID) {
+            for &id in ripples[start..start + r]
+                .iter()
+                .take_while(|&&id| id != PAD_ID)
+            {
                 s.stats.first_round_entries += 1;
+                if s.visited.insert(id) {
+                    s.fresh.push(id);
+                }
+            }
+        }
+        if s.fresh.len() < p.start_points {
+            s.stats.seeded_queries += 1;
+            for &id in &self.seeds {
                 if s.visited.insert(id) {
                     s.fresh.push(id);
                 }
@@ -260,7 +332,10 @@ impl Engine {
             }
             s.fresh.clear();
             for &u in &s.starts {
-                for &id in rows[u as usize * lt..(u as usize + 1) * lt].iter().take_while(|&&id| id != PAD_ID) {
+                for &id in rows[u as usize * lt..(u as usize + 1) * lt]
+                    .iter()
+                    .take_while(|&&id| id != PAD_ID)
+                {
                     if s.visited.insert(id) {
                         s.fresh.push(id);
                     }
@@ -283,7 +358,8 @@ impl Engine {
             s.exact.push((d, c.id));
         }
         s.stats.exact_distances += take as u64;
-        s.exact.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        s.exact
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         for t in 0..k {
             let (d, id) = s.exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
             out_ids[t] = id;

@@ -55,7 +55,12 @@ impl Default for SearchParams {
     /// `r=16, S=16, W=2, R=32`: recall@10 of about 0.95 or more on GloVe-50 and
     /// Fashion-MNIST with default build parameters (see the README's bench table).
     fn default() -> Self {
-        Self { read_depth: 16, start_points: 16, waves: 2, rerank: 32 }
+        Self {
+            read_depth: 16,
+            start_points: 16,
+            waves: 2,
+            rerank: 32,
+        }
     }
 }
 
@@ -69,7 +74,11 @@ pub enum SearchError {
     #[error("empty batch: no queries")]
     EmptyBatch,
     #[error("query {query}, coordinate {col} is {value}: queries must be finite")]
-    NotFinite { query: usize, col: usize, value: f32 },
+    NotFinite {
+        query: usize,
+        col: usize,
+        value: f32,
+    },
     #[error("query {query} has zero norm: cosine distance is undefined")]
     ZeroQuery { query: usize },
     #[error("k = {k} exceeds the rerank depth R = {rerank}: raise R or lower k")]
@@ -129,7 +138,11 @@ impl Index {
     pub fn new(raw: octex_index::Index) -> Self {
         let (kernel, kernel_name) = simd::best_kernel();
         let engine = engine::Engine::new(&raw, kernel);
-        Self { raw, engine, kernel_name }
+        Self {
+            raw,
+            engine,
+            kernel_name,
+        }
     }
 
     /// Use the portable sketch kernel even where SIMD exists (tests, comparisons).
@@ -163,38 +176,69 @@ impl Index {
         self.raw.metric()
     }
 
-    fn check(&self, queries: &[f32], k: usize, p: &SearchParams) -> Result<usize, SearchError> {
-        let dim = self.dim();
+    fn check(
+        &self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        dim: usize,
+    ) -> Result<usize, SearchError> {
         if queries.is_empty() {
             return Err(SearchError::EmptyBatch);
         }
         if queries.len() % dim != 0 {
-            return Err(SearchError::Ragged { len: queries.len(), dim });
+            return Err(SearchError::Ragged {
+                len: queries.len(),
+                dim,
+            });
         }
         if k == 0 || p.read_depth == 0 || p.start_points == 0 {
-            return Err(SearchError::Params("k, read_depth and start_points must be positive".into()));
+            return Err(SearchError::Params(
+                "k, read_depth and start_points must be positive".into(),
+            ));
         }
         if k > self.len() {
             return Err(SearchError::KAboveCount { k, n: self.len() });
         }
         if k > p.rerank {
-            return Err(SearchError::KAboveRerank { k, rerank: p.rerank });
+            return Err(SearchError::KAboveRerank {
+                k,
+                rerank: p.rerank,
+            });
         }
         if let Some(i) = queries.iter().position(|v| !v.is_finite()) {
-            return Err(SearchError::NotFinite { query: i / dim, col: i % dim, value: queries[i] });
+            return Err(SearchError::NotFinite {
+                query: i / dim,
+                col: i % dim,
+                value: queries[i],
+            });
         }
         Ok(queries.len() / dim)
     }
 
     /// Queries in the stored space: normalised (cosine) or with a 0 appended
     /// (inner product); also returns each query's squared norm before that.
-    fn prepare(&self, queries: &[f32], out: &mut Vec<f32>, norms: &mut Vec<f32>) -> Result<(), SearchError> {
-        let dim = self.dim();
+    fn prepare(
+        &self,
+        queries: &[f32],
+        out: &mut Vec<f32>,
+        norms: &mut Vec<f32>,
+        stored_space: bool,
+    ) -> Result<(), SearchError> {
+        let dim = if stored_space {
+            self.raw.dim()
+        } else {
+            self.dim()
+        };
         out.clear();
         norms.clear();
         for (qi, q) in queries.chunks_exact(dim).enumerate() {
             let n2: f32 = q.iter().map(|v| v * v).sum();
             norms.push(n2);
+            if stored_space {
+                out.extend_from_slice(q);
+                continue;
+            }
             match self.metric() {
                 Metric::L2 => out.extend_from_slice(q),
                 Metric::Cosine => {
@@ -229,8 +273,41 @@ impl Index {
     }
 
     /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query.
-    pub fn search(&self, queries: &[f32], k: usize, p: &SearchParams) -> Result<SearchResults, SearchError> {
-        let nq = self.check(queries, k, p)?;
+    pub fn search(
+        &self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        self.search_batch(queries, k, p, false)
+    }
+
+    /// Search queries already in the stored space (`nq x stored dim`: normalised
+    /// for cosine, augmented for inner product), returning squared L2 distances
+    /// in that space. The builder uses it to compute neighbour rows of the base
+    /// vectors themselves.
+    pub fn search_stored(
+        &self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        self.search_batch(queries, k, p, true)
+    }
+
+    fn search_batch(
+        &self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        stored_space: bool,
+    ) -> Result<SearchResults, SearchError> {
+        let qdim = if stored_space {
+            self.raw.dim()
+        } else {
+            self.dim()
+        };
+        let nq = self.check(queries, k, p, qdim)?;
         let sdim = self.raw.dim();
         let width = self.engine.map.width();
         let w = self.engine.w;
@@ -241,11 +318,25 @@ impl Index {
             .zip(dists.par_chunks_mut(QUERY_CHUNK * k))
             .enumerate()
             .map_init(
-                || (engine::Scratch::new(&self.engine, p), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+                || {
+                    (
+                        engine::Scratch::new(&self.engine, p),
+                        Vec::new(),
+                        Vec::new(),
+                        Vec::new(),
+                        Vec::new(),
+                        Vec::new(),
+                    )
+                },
                 |(scratch, stored, norms, pcs, z, qs), (ci, (id_out, d_out))| {
                     let q0 = ci * QUERY_CHUNK;
                     let qn = id_out.len() / k;
-                    self.prepare(&queries[q0 * self.dim()..(q0 + qn) * self.dim()], stored, norms)?;
+                    self.prepare(
+                        &queries[q0 * qdim..(q0 + qn) * qdim],
+                        stored,
+                        norms,
+                        stored_space,
+                    )?;
                     z.resize(qn * width, 0.0);
                     self.engine.map.project_batch(stored, pcs, z, false);
                     self.engine.sketch_coords(pcs, qs);
@@ -262,8 +353,10 @@ impl Index {
                             &mut id_out[i * k..(i + 1) * k],
                             &mut d_out[i * k..(i + 1) * k],
                         );
-                        for d in &mut d_out[i * k..(i + 1) * k] {
-                            *d = self.report_distance(*d, norms[i]);
+                        if !stored_space {
+                            for d in &mut d_out[i * k..(i + 1) * k] {
+                                *d = self.report_distance(*d, norms[i]);
+                            }
                         }
                     }
                     Ok(scratch.stats)
@@ -274,11 +367,21 @@ impl Index {
         for r in chunk_out {
             stats.add(&r?);
         }
-        Ok(SearchResults { k, ids, distances: dists, stats })
+        Ok(SearchResults {
+            k,
+            ids,
+            distances: dists,
+            stats,
+        })
     }
 
     /// Search one query (single-query latency path; runs on the calling thread).
-    pub fn search_one(&self, query: &[f32], k: usize, p: &SearchParams) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
+    pub fn search_one(
+        &self,
+        query: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
         let mut searcher = self.searcher(p);
         searcher.search(query, k)
     }
@@ -314,16 +417,31 @@ impl Searcher<'_> {
     pub fn search(&mut self, query: &[f32], k: usize) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
         let ix = self.index;
         if query.len() != ix.dim() {
-            return Err(SearchError::Dimension { expected: ix.dim(), got: query.len() });
+            return Err(SearchError::Dimension {
+                expected: ix.dim(),
+                got: query.len(),
+            });
         }
-        ix.check(query, k, &self.params)?;
-        ix.prepare(query, &mut self.stored, &mut self.norms)?;
+        ix.check(query, k, &self.params, ix.dim())?;
+        ix.prepare(query, &mut self.stored, &mut self.norms, false)?;
         self.z.resize(ix.engine.map.width(), 0.0);
-        ix.engine.map.project_batch(&self.stored, &mut self.pcs, &mut self.z, false);
+        ix.engine
+            .map
+            .project_batch(&self.stored, &mut self.pcs, &mut self.z, false);
         ix.engine.sketch_coords(&self.pcs, &mut self.qs);
         let mut ids = vec![0u32; k];
         let mut d = vec![0f32; k];
-        ix.engine.search_one(&ix.raw, &self.z, &self.qs, &self.stored, k, &self.params, &mut self.scratch, &mut ids, &mut d);
+        ix.engine.search_one(
+            &ix.raw,
+            &self.z,
+            &self.qs,
+            &self.stored,
+            k,
+            &self.params,
+            &mut self.scratch,
+            &mut ids,
+            &mut d,
+        );
         for v in &mut d {
             *v = ix.report_distance(*v, self.norms[0]);
         }

@@ -11,7 +11,11 @@ pub type SketchFn = fn(&[f32], &[f32], &[i8]) -> f32;
 /// The portable kernel.
 pub fn sketch_distance_portable(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
     let mut acc = [0f32; 8];
-    for ((qc, sc), rc) in q.chunks_exact(8).zip(scales.chunks_exact(8)).zip(row.chunks_exact(8)) {
+    for ((qc, sc), rc) in q
+        .chunks_exact(8)
+        .zip(scales.chunks_exact(8))
+        .zip(row.chunks_exact(8))
+    {
         for i in 0..8 {
             let d = qc[i] - sc[i] * rc[i] as f32;
             acc[i] += d * d;
@@ -154,7 +158,11 @@ pub fn l2_f32_portable(q: &[f32], v: &[f32]) -> f32 {
             acc[i] += d * d;
         }
     }
-    let tail: f32 = q[n8..].iter().zip(&v[n8..]).map(|(a, b)| (a - b) * (a - b)).sum();
+    let tail: f32 = q[n8..]
+        .iter()
+        .zip(&v[n8..])
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum();
     acc.iter().sum::<f32>() + tail
 }
 
@@ -168,7 +176,11 @@ pub fn l2_f16_portable(q: &[f32], v: &[half::f16]) -> f32 {
             acc[i] += d * d;
         }
     }
-    let tail: f32 = q[n8..].iter().zip(&v[n8..]).map(|(a, b)| (a - b.to_f32()) * (a - b.to_f32())).sum();
+    let tail: f32 = q[n8..]
+        .iter()
+        .zip(&v[n8..])
+        .map(|(a, b)| (a - b.to_f32()) * (a - b.to_f32()))
+        .sum();
     acc.iter().sum::<f32>() + tail
 }
 
@@ -193,7 +205,10 @@ mod x86_exact {
         let mut j = 0;
         while j < n8 {
             // SAFETY: j + 8 <= n8 <= q.len() <= v.len().
-            let d = _mm256_sub_ps(_mm256_loadu_ps(q.as_ptr().add(j)), _mm256_loadu_ps(v.as_ptr().add(j)));
+            let d = _mm256_sub_ps(
+                _mm256_loadu_ps(q.as_ptr().add(j)),
+                _mm256_loadu_ps(v.as_ptr().add(j)),
+            );
             acc = _mm256_fmadd_ps(d, d, acc);
             j += 8;
         }
@@ -244,7 +259,10 @@ mod x86_exact {
 pub fn exact_kernels() -> (ExactF32Fn, ExactF16Fn) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("f16c") {
+        if std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+        {
             return (x86_exact::l2_f32_checked, x86_exact::l2_f16_checked);
         }
     }

@@ -14,7 +14,11 @@ impl VisitedSet {
     /// A set for up to `max_entries` ids at load <= 0.5.
     pub fn new(max_entries: usize) -> Self {
         let cap = (2 * max_entries.max(8)).next_power_of_two();
-        Self { slots: vec![EMPTY; cap], mask: cap - 1, filled: Vec::with_capacity(max_entries) }
+        Self {
+            slots: vec![EMPTY; cap],
+            mask: cap - 1,
+            filled: Vec::with_capacity(max_entries),
+        }
     }
 
     /// Insert; true when `id` was not in the set. Ids must not be `u32::MAX`.
@@ -40,7 +44,11 @@ impl VisitedSet {
     }
 
     fn grow(&mut self) {
-        let ids: Vec<u32> = self.filled.iter().map(|&s| self.slots[s as usize]).collect();
+        let ids: Vec<u32> = self
+            .filled
+            .iter()
+            .map(|&s| self.slots[s as usize])
+            .collect();
         let cap = self.slots.len() * 2;
         self.slots = vec![EMPTY; cap];
         self.mask = cap - 1;

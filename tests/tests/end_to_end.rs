@@ -1,0 +1,403 @@
+//! Build, save, load and search across crates.
+
+use octex_build::{build, BuildParams, RowMethod};
+use octex_index::{Index, Metric, PAD_ID};
+use octex_search::{SearchError, SearchParams};
+use octex_tests::*;
+
+const DIM: usize = 32;
+
+fn data() -> (Vec<f32>, Vec<f32>) {
+    let all = clustered(12_000, DIM, 40, 7);
+    let (base, queries) = all.split_at(11_000 * DIM);
+    (base.to_vec(), queries.to_vec())
+}
+
+#[test]
+fn recall_on_clustered_data_is_high_and_grows_with_waves() {
+    let (base, queries) = data();
+    let built = build(&base, DIM, Metric::L2, &test_params()).unwrap();
+    let index = octex_search::Index::new(built.index);
+    let truth = brute_force(&base, &queries, DIM, 10);
+    let mut last = 0.0;
+    for waves in [0, 1, 2] {
+        let p = SearchParams {
+            waves,
+            ..SearchParams::default()
+        };
+        let res = index.search(&queries, 10, &p).unwrap();
+        let r = recall(&res.ids, &truth, 10);
+        assert!(
+            r >= last - 1e-9,
+            "recall fell from {last} to {r} at W={waves}"
+        );
+        last = r;
+    }
+    assert!(last >= 0.9, "recall@10 {last} below 0.9 at W=2");
+    // Distances are ascending, finite, and equal to the true squared L2 up to f16.
+    let res = index
+        .search(&queries[..DIM * 50], 10, &SearchParams::default())
+        .unwrap();
+    for q in 0..50 {
+        let d = res.distances(q);
+        assert!(d.windows(2).all(|w| w[0] <= w[1]));
+        let id = res.ids(q)[0] as usize;
+        let exact: f32 = (0..DIM)
+            .map(|j| (queries[q * DIM + j] - base[id * DIM + j]).powi(2))
+            .sum();
+        assert!(
+            (exact - d[0]).abs() <= 1e-2 * exact.max(1.0),
+            "{exact} vs {}",
+            d[0]
+        );
+    }
+}
+
+#[test]
+fn simd_and_portable_kernels_give_the_same_results() {
+    let (base, queries) = data();
+    let built = build(&base, DIM, Metric::L2, &test_params()).unwrap();
+    let bytes = built.index.as_bytes().to_vec();
+    let fast = octex_search::Index::new(built.index);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("i.octex");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut portable = octex_search::Index::load(&path).unwrap();
+    portable.force_portable_kernel();
+    let p = SearchParams::default();
+    let a = fast.search(&queries, 10, &p).unwrap();
+    let b = portable.search(&queries, 10, &p).unwrap();
+    let same = a.ids.iter().zip(&b.ids).filter(|(x, y)| x == y).count();
+    assert!(
+        same as f64 >= 0.99 * a.ids.len() as f64,
+        "{same} of {} ids agree",
+        a.ids.len()
+    );
+}
+
+#[test]
+fn build_is_deterministic_and_save_load_round_trips() {
+    let base = clustered(3_000, DIM, 10, 3);
+    let a = build(&base, DIM, Metric::L2, &test_params()).unwrap().index;
+    let b = build(&base, DIM, Metric::L2, &test_params()).unwrap().index;
+    assert_eq!(a.as_bytes(), b.as_bytes(), "same seed, same bytes");
+    let c = build(
+        &base,
+        DIM,
+        Metric::L2,
+        &BuildParams {
+            seed: 99,
+            ..test_params()
+        },
+    )
+    .unwrap()
+    .index;
+    assert_ne!(a.as_bytes(), c.as_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.octex");
+    a.save(&path).unwrap();
+    let loaded = Index::load(&path).unwrap();
+    assert_eq!(loaded.as_bytes(), a.as_bytes());
+    assert_eq!(loaded.header(), a.header());
+    // Saving over an existing file replaces it atomically (no temp file left).
+    c.save(&path).unwrap();
+    assert_eq!(Index::load(&path).unwrap().as_bytes(), c.as_bytes());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name() != "a.octex")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn corrupted_files_are_errors_not_panics() {
+    let base = clustered(2_000, DIM, 10, 4);
+    let index = build(&base, DIM, Metric::L2, &test_params()).unwrap().index;
+    let good = index.as_bytes().to_vec();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.octex");
+    let load = |bytes: &[u8]| {
+        std::fs::write(&path, bytes).unwrap();
+        Index::load(&path).map(|_| ()).unwrap_err().to_string()
+    };
+    // Truncated at several points.
+    for cut in [0, 5, 20, 100, good.len() / 2, good.len() - 1] {
+        let e = load(&good[..cut]);
+        assert!(
+            e.contains("truncated") || e.contains("not an octex index"),
+            "cut {cut}: {e}"
+        );
+        assert!(e.contains("x.octex"), "{e}");
+    }
+    // A flipped bit in every section and in the header.
+    for at in [30, good.len() / 3, good.len() / 2, good.len() - 10] {
+        let mut b = good.clone();
+        b[at] ^= 0x10;
+        let e = load(&b);
+        assert!(
+            e.contains("checksum") || e.contains("invalid"),
+            "flip at {at}: {e}"
+        );
+    }
+    // A foreign file.
+    let e = load(b"PK\x03\x04 this is a zip file, not an index at all");
+    assert!(e.contains("not an octex index"), "{e}");
+    // Another format version.
+    let mut b = good.clone();
+    b[8..12].copy_from_slice(&7u32.to_le_bytes());
+    let e = load(&b);
+    assert!(e.contains("version 7") && e.contains("rebuild"), "{e}");
+    // A missing file.
+    let e = Index::load(dir.path().join("none.octex"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("none.octex"), "{e}");
+    // The good bytes still load.
+    std::fs::write(&path, &good).unwrap();
+    Index::load(&path).unwrap();
+}
+
+#[test]
+fn exact_rows_hold_the_true_neighbours_and_reverse_entries() {
+    let base = clustered(2_500, DIM, 10, 5);
+    let p = BuildParams {
+        row_method: RowMethod::Exact,
+        ..test_params()
+    };
+    let index = build(&base, DIM, Metric::L2, &p).unwrap().index;
+    let h = index.header();
+    let lt = h.row_len as usize;
+    let k_f = lt / 2;
+    let n = index.len();
+    let (truth, _) = octex_build::knn::exact_knn(
+        &base,
+        &base,
+        DIM,
+        lt,
+        octex_build::knn::KnnMetric::L2,
+        true,
+        &|_| {},
+    );
+    let rows = index.rows();
+    let mut head_hits = 0;
+    for u in 0..n {
+        let row = &rows[u * lt..(u + 1) * lt];
+        assert!(!row.contains(&(u as u32)), "row {u} holds itself");
+        let mut seen = std::collections::HashSet::new();
+        assert!(
+            row.iter()
+                .filter(|&&v| v != PAD_ID)
+                .all(|v| seen.insert(*v)),
+            "row {u} has duplicates"
+        );
+        // The head is the k_f exact nearest (up to f16 / ties: count agreement).
+        head_hits += row[..k_f]
+            .iter()
+            .filter(|id| truth[u * lt..u * lt + k_f].contains(id))
+            .count();
+        // Every entry is a forward neighbour or a reverse entry.
+        for &v in row.iter().filter(|&&v| v != PAD_ID) {
+            let forward = truth[u * lt..(u + 1) * lt].contains(&v);
+            let reverse = truth[v as usize * lt..v as usize * lt + lt / 4].contains(&(u as u32));
+            assert!(
+                forward || reverse,
+                "row {u} holds {v}, neither forward nor reverse"
+            );
+        }
+    }
+    assert!(
+        head_hits as f64 >= 0.999 * (n * k_f) as f64,
+        "{head_hits} of {}",
+        n * k_f
+    );
+}
+
+#[test]
+fn cosine_and_inner_product_metrics() {
+    let (base, queries) = data();
+    let q = &queries[..DIM * 200];
+    // Inner product: octex's reduction to L2 against exact maximum inner product.
+    let built = build(&base, DIM, Metric::InnerProduct, &test_params()).unwrap();
+    let index = octex_search::Index::new(built.index);
+    let truth = brute_force_ip(&base, q, DIM, 10);
+    let p = SearchParams {
+        start_points: 32,
+        rerank: 64,
+        ..SearchParams::default()
+    };
+    let res = index.search(q, 10, &p).unwrap();
+    let r = recall(&res.ids, &truth, 10);
+    assert!(r >= 0.9, "inner-product recall {r}");
+    let id = res.ids(0)[0] as usize;
+    let ip: f32 = (0..DIM).map(|j| q[j] * base[id * DIM + j]).sum();
+    assert!(
+        (res.distances(0)[0] + ip).abs() <= 1e-2 * ip.abs().max(1.0),
+        "reported {} for ip {ip}",
+        res.distances(0)[0]
+    );
+    // Cosine: the same as L2 on normalised vectors; distance is 1 - cos.
+    let built = build(&base, DIM, Metric::Cosine, &test_params()).unwrap();
+    let index = octex_search::Index::new(built.index);
+    let res = index.search(q, 10, &SearchParams::default()).unwrap();
+    let norm = |v: &[f32]| -> Vec<f32> {
+        v.chunks(DIM)
+            .flat_map(|r| {
+                let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+                r.iter().map(move |x| x / n)
+            })
+            .collect()
+    };
+    let truth = brute_force(&norm(&base), &norm(q), DIM, 10);
+    assert!(recall(&res.ids, &truth, 10) >= 0.85);
+    let d = res.distances(0)[0];
+    assert!((0.0..=2.0).contains(&d), "cosine distance {d}");
+}
+
+#[test]
+fn bad_input_gives_typed_errors() {
+    let base = clustered(1_500, DIM, 5, 6);
+    let index =
+        octex_search::Index::new(build(&base, DIM, Metric::L2, &test_params()).unwrap().index);
+    let p = SearchParams::default();
+    let q = &base[..DIM];
+    assert!(matches!(
+        index.search(&[], 10, &p),
+        Err(SearchError::EmptyBatch)
+    ));
+    assert!(matches!(
+        index.search(&q[..DIM - 1], 10, &p),
+        Err(SearchError::Ragged { .. })
+    ));
+    assert!(matches!(
+        index.search_one(&q[..DIM - 1], 10, &p),
+        Err(SearchError::Dimension {
+            expected: DIM,
+            got: 31
+        })
+    ));
+    let mut nan = q.to_vec();
+    nan[3] = f32::NAN;
+    assert!(matches!(
+        index.search(&nan, 10, &p),
+        Err(SearchError::NotFinite {
+            query: 0,
+            col: 3,
+            ..
+        })
+    ));
+    nan[3] = f32::INFINITY;
+    assert!(matches!(
+        index.search_one(&nan, 10, &p),
+        Err(SearchError::NotFinite { .. })
+    ));
+    assert!(matches!(
+        index.search(q, 33, &p),
+        Err(SearchError::KAboveRerank { k: 33, rerank: 32 })
+    ));
+    let deep = SearchParams { rerank: 5_000, ..p };
+    assert!(matches!(
+        index.search(q, 1_501, &deep),
+        Err(SearchError::KAboveCount { .. })
+    ));
+    assert!(matches!(
+        index.search(q, 0, &p),
+        Err(SearchError::Params(_))
+    ));
+    // search_one agrees with the batch path.
+    let (ids, _) = index.search_one(q, 10, &p).unwrap();
+    assert_eq!(ids, index.search(q, 10, &p).unwrap().ids);
+    // A batch of one, a batch not a multiple of the internal chunk.
+    assert_eq!(index.search(&base[..DIM * 33], 10, &p).unwrap().len(), 33);
+
+    // Cosine rejects a zero query; builds reject bad data.
+    let cos = octex_search::Index::new(
+        build(&base, DIM, Metric::Cosine, &test_params())
+            .unwrap()
+            .index,
+    );
+    assert!(matches!(
+        cos.search(&vec![0.0; DIM], 10, &p),
+        Err(SearchError::ZeroQuery { query: 0 })
+    ));
+    use octex_build::BuildError;
+    assert!(matches!(
+        build(&[], DIM, Metric::L2, &test_params()),
+        Err(BuildError::Empty)
+    ));
+    assert!(matches!(
+        build(&base[..DIM + 3], DIM, Metric::L2, &test_params()),
+        Err(BuildError::Ragged { .. })
+    ));
+    let mut bad = base.clone();
+    bad[DIM * 7 + 2] = f32::NAN;
+    assert!(matches!(
+        build(&bad, DIM, Metric::L2, &test_params()),
+        Err(BuildError::NotFinite { row: 7, col: 2, .. })
+    ));
+    let mut zero = base.clone();
+    zero[DIM * 4..DIM * 5].fill(0.0);
+    assert!(matches!(
+        build(&zero, DIM, Metric::Cosine, &test_params()),
+        Err(BuildError::ZeroVector { row: 4 })
+    ));
+    assert!(matches!(
+        build(&[1.0; 40], 4, Metric::L2, &test_params()),
+        Err(BuildError::TooFewDims { .. })
+    ));
+}
+
+#[test]
+fn a_query_far_from_all_data_still_gets_k_results() {
+    let (base, _) = data();
+    let index =
+        octex_search::Index::new(build(&base, DIM, Metric::L2, &test_params()).unwrap().index);
+    let far: Vec<f32> = (0..DIM)
+        .map(|j| 500.0 * if j % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let res = index.search(&far, 10, &SearchParams::default()).unwrap();
+    assert_eq!(
+        res.stats.seeded_queries, 1,
+        "the first round found nothing and took the entry points"
+    );
+    assert!(res.ids(0).iter().all(|&id| id != PAD_ID));
+    // The waves walk from the entry points towards it: more effort, better answer.
+    let truth = brute_force(&base, &far, DIM, 10);
+    let deep = index
+        .search(
+            &far,
+            10,
+            &SearchParams {
+                start_points: 64,
+                waves: 6,
+                rerank: 64,
+                ..SearchParams::default()
+            },
+        )
+        .unwrap();
+    let r = recall(&deep.ids, &truth, 10);
+    assert!(r >= 0.8, "outlier recall {r}");
+}
+
+#[test]
+fn tiny_index_with_fewer_vectors_than_a_row() {
+    let base = clustered(20, 16, 2, 8);
+    let index =
+        octex_search::Index::new(build(&base, 16, Metric::L2, &test_params()).unwrap().index);
+    let res = index
+        .search(&base[..16 * 3], 10, &SearchParams::default())
+        .unwrap();
+    let truth = brute_force(&base, &base[..16 * 3], 16, 10);
+    assert!(recall(&res.ids, &truth, 10) >= 0.9);
+    let res = index
+        .search(
+            &base[..16],
+            20,
+            &SearchParams {
+                rerank: 20,
+                ..SearchParams::default()
+            },
+        )
+        .unwrap();
+    assert!(res.ids(0).iter().all(|&id| id != PAD_ID));
+}

@@ -317,7 +317,7 @@ fn bad_input_gives_typed_errors() {
             .index,
     );
     assert!(matches!(
-        cos.search(&vec![0.0; DIM], 10, &p),
+        cos.search(&[0.0; DIM], 10, &p),
         Err(SearchError::ZeroQuery { query: 0 })
     ));
     use octex_build::BuildError;

@@ -259,7 +259,7 @@ pub fn build(
     });
     if choice.spacings.is_empty()
         || !choice.spacings.windows(2).all(|w| w[0] < w[1])
-        || choice.spacings.iter().any(|&s| !(s > 0.0))
+        || choice.spacings.iter().any(|&s| s.is_nan() || s <= 0.0)
     {
         return Err(BuildError::Param(format!(
             "spacings must be positive and ascending, got {:?}",

@@ -458,7 +458,7 @@ impl Index {
                 && (e.ripple_base as usize)
                     .checked_add(e.fragments as usize)
                     .is_some_and(|end| end <= fragments)
-                && (e.fragments as usize) * 2 <= cap.max(0);
+                && (e.fragments as usize) * 2 <= cap;
             if !ok {
                 return Err(index.invalid(format!("key table {t} is out of bounds")));
             }

@@ -44,7 +44,7 @@ impl Default for CopyMapParams {
         Self {
             copies: 32,
             blocks: 4,
-            seed: 0x0c7e_c5ee_d,
+            seed: 0x0c7e_5eed,
         }
     }
 }

@@ -24,6 +24,7 @@ pub trait LatticeFloat:
     const ZERO: Self;
     fn floor(self) -> Self;
     fn abs(self) -> Self;
+    fn is_nan(self) -> bool;
     /// Exact for the small integers lattice coordinates take.
     fn to_i32(self) -> i32;
     fn from_i32(v: i32) -> Self;
@@ -41,7 +42,7 @@ macro_rules! impl_lattice_float {
             fn floor(self) -> Self {
                 const INT_LIMIT: $t = (1u64 << (<$t>::MANTISSA_DIGITS - 1)) as $t;
                 // f32: |x| < 2^23 fits the i32 conversion; f64: 2^52 fits i64.
-                if !(self.abs() < INT_LIMIT) {
+                if self.is_nan() || self.abs() >= INT_LIMIT {
                     return self;
                 }
                 let t = self as $int as $t;
@@ -54,6 +55,10 @@ macro_rules! impl_lattice_float {
             #[inline(always)]
             fn abs(self) -> Self {
                 <$t>::abs(self)
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
             }
             #[inline(always)]
             fn to_i32(self) -> i32 {

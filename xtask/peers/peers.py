@@ -6,7 +6,7 @@ JSON object per line: {"system", "params", "recall", "qps", "seconds", "build_se
 Throughput is the median of --repeats timed runs after one warm-up, over the
 whole query set as one batch, on --threads threads.
 """
-import argparse, json, sys, time
+import argparse, json, os, sys, tempfile, time
 
 import numpy as np
 
@@ -20,6 +20,16 @@ def read_vecs(path, dtype):
     if not (rows[:, 0] == d).all():
         raise SystemExit(f"{path}: dimension changes mid-file")
     return np.ascontiguousarray(rows[:, 1:]).view(dtype)
+
+
+def peak_rss_mib():
+    # VmHWM belongs to this process's address space; ru_maxrss would carry the
+    # high-water mark of the forked parent across exec.
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return None
 
 
 def recall(ids, gt, k):
@@ -77,7 +87,14 @@ def main():
         idx.init_index(max_elements=n, M=16, ef_construction=200, random_seed=1)
         idx.add_items(base, num_threads=a.threads)
         build = time.perf_counter() - t
-        print(json.dumps({"system": "hnswlib", "build_seconds": build, "params": "M=16 efC=200"}), file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "h.bin")
+            idx.save_index(path)
+            size = os.path.getsize(path)
+        rss = peak_rss_mib()
+        print(json.dumps({"build": "hnswlib", "params": "M=16 efC=200", "build_seconds": build,
+                          "peak_rss_mib_with_data": rss, "index_bytes": size,
+                          "bytes_per_vector": size / n}), flush=True)
         if not a.build_only:
             for ef in efs:
                 if ef < k:

@@ -27,6 +27,10 @@ pub struct BuildFlags {
     /// Spacings, comma-separated, ascending (default: chosen from the data).
     #[arg(long, value_delimiter = ',')]
     pub spacings: Option<Vec<f32>>,
+    /// Share of vectors whose finest fragment is populated, when spacings are
+    /// chosen from the data (default 0.8).
+    #[arg(long)]
+    pub finest_hit_rate: Option<f64>,
     /// Most spacings when chosen from the data (default 6).
     #[arg(long)]
     pub max_spacings: Option<usize>,
@@ -63,6 +67,9 @@ impl BuildFlags {
             ..Default::default()
         };
         p.spacings = self.spacings.clone();
+        if let Some(h) = self.finest_hit_rate {
+            p.finest_hit_rate = h;
+        }
         if let Some(m) = self.max_spacings {
             p.max_spacings = m;
         }

@@ -7,9 +7,12 @@
 //! - `bench`: parameter sweep with peers, JSON and a Pareto plot;
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
+mod bench;
 mod build_cmd;
 mod data;
+mod demo;
 mod fetch;
+mod plot;
 mod search_cmd;
 
 use std::path::PathBuf;
@@ -62,6 +65,22 @@ enum Cmd {
     BuildIndex(build_cmd::BuildArgs),
     /// Search an index; the last line printed is a JSON summary.
     Search(search_cmd::SearchArgs),
+    /// Sweep search parameters (and peers with --peers); results.json + pareto.png.
+    Bench(bench::BenchArgs),
+    /// Redraw the Pareto plot of a bench's results.json.
+    Plot {
+        #[arg(long)]
+        results: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Fetch GloVe-50, build, search, compare with brute force.
+    Demo {
+        #[arg(long, default_value = "glove-50")]
+        data: String,
+        #[arg(long, value_enum, default_value_t = search_cmd::Backend::Auto)]
+        backend: search_cmd::Backend,
+    },
 }
 
 fn main() -> Result<()> {
@@ -107,5 +126,8 @@ fn main() -> Result<()> {
         }
         Cmd::BuildIndex(args) => build_cmd::run(args, &root),
         Cmd::Search(args) => search_cmd::run(args),
+        Cmd::Bench(args) => bench::run(args, &root),
+        Cmd::Plot { results, out } => bench::replot(&results, &out),
+        Cmd::Demo { data, backend } => demo::run(&data, &root, backend),
     }
 }

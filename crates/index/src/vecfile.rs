@@ -381,6 +381,13 @@ impl VectorFile {
                 )
             })?;
         out.reserve(count * self.dim);
+        if let Layout::Npy {
+            data_offset,
+            fortran: true,
+        } = self.layout
+        {
+            return self.read_fortran_f32(data_offset, start, end, out);
+        }
         let mut scratch = Vec::new();
         for r in start..end {
             let b = self.row_bytes(r, &mut scratch);
@@ -408,6 +415,46 @@ impl VectorFile {
                     value,
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// Fortran order: read column by column (sequential in the file), scatter
+    /// into rows.
+    fn read_fortran_f32(
+        &self,
+        data_offset: usize,
+        start: usize,
+        end: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let base = out.len();
+        let count = end - start;
+        out.resize(base + count * self.dim, 0.0);
+        let es = self.dtype.size();
+        let b = self.bytes();
+        for c in 0..self.dim {
+            let col = &b[data_offset + (c * self.rows + start) * es
+                ..data_offset + (c * self.rows + end) * es];
+            for (i, v) in col.chunks_exact(es).enumerate() {
+                out[base + i * self.dim + c] = match self.dtype {
+                    Dtype::F32 => f32::from_le_bytes(v.try_into().expect("4 bytes")),
+                    Dtype::F16 => half::f16::from_le_bytes([v[0], v[1]]).to_f32(),
+                    Dtype::U8 => v[0] as f32,
+                    Dtype::I8 => v[0] as i8 as f32,
+                    Dtype::I32 => unreachable!("rejected by the caller"),
+                };
+            }
+        }
+        if let Some(i) = out[base..].iter().position(|v| !v.is_finite()) {
+            let value = out[base + i];
+            out.truncate(base);
+            return Err(VectorFileError::NotFinite {
+                path: self.path.clone(),
+                row: start + i / self.dim,
+                col: i % self.dim,
+                value,
+            });
         }
         Ok(())
     }
@@ -610,6 +657,9 @@ mod tests {
             f.read_all_f32().unwrap(),
             vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         );
+        let mut second = Vec::new();
+        f.read_rows_f32(1, 1, &mut second).unwrap();
+        assert_eq!(second, vec![4.0, 5.0, 6.0]);
     }
 
     #[test]

@@ -114,11 +114,11 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub fn new(engine: &Engine, p: &SearchParams) -> Self {
+    pub fn new(engine: &Engine, p: &SearchParams, n: usize) -> Self {
         let max_entries = engine.map.copies * p.read_depth.min(engine.list_len)
             + p.waves * p.start_points * engine.row_len;
         Self {
-            visited: VisitedSet::new(max_entries),
+            visited: VisitedSet::new(n, max_entries),
             fresh: Vec::with_capacity(max_entries),
             cand: Vec::with_capacity(max_entries),
             best: Vec::new(),

@@ -1,8 +1,68 @@
-//! A small open-addressing set of ids, reused across queries: the
-//! de-duplication of a query's candidates. Sized from the most entries one query
-//! can see; cleared by walking the slots it filled, not the whole table.
+//! The de-duplication of a query's candidates, reused across queries.
+//!
+//! Decision: a dense bitset over all ids when the index holds at most
+//! [`BITSET_MAX_IDS`] vectors (`n / 8` bytes per thread: 49 KB for GloVe-50, in
+//! L2), where a test-and-set is a shift and a mask; an open-addressing hash set
+//! sized from the most entries one query can see above that. Both clear only what
+//! the query touched.
 
-pub struct VisitedSet {
+/// Largest index searched with the bitset (2 MiB of bits per thread).
+pub const BITSET_MAX_IDS: usize = 16 << 20;
+
+pub enum VisitedSet {
+    Bits { words: Vec<u64>, touched: Vec<u32> },
+    Hash(HashSet),
+}
+
+impl VisitedSet {
+    /// A set for ids below `n`, expecting up to `max_entries` per query.
+    pub fn new(n: usize, max_entries: usize) -> Self {
+        if n <= BITSET_MAX_IDS {
+            VisitedSet::Bits {
+                words: vec![0; n.div_ceil(64)],
+                touched: Vec::with_capacity(max_entries),
+            }
+        } else {
+            VisitedSet::Hash(HashSet::new(max_entries))
+        }
+    }
+
+    /// Insert; true when `id` was not in the set.
+    #[inline]
+    pub fn insert(&mut self, id: u32) -> bool {
+        match self {
+            VisitedSet::Bits { words, touched } => {
+                let w = (id >> 6) as usize;
+                let bit = 1u64 << (id & 63);
+                let old = words[w];
+                if old & bit != 0 {
+                    return false;
+                }
+                if old == 0 {
+                    touched.push(w as u32);
+                }
+                words[w] = old | bit;
+                true
+            }
+            VisitedSet::Hash(h) => h.insert(id),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        match self {
+            VisitedSet::Bits { words, touched } => {
+                for &w in touched.iter() {
+                    words[w as usize] = 0;
+                }
+                touched.clear();
+            }
+            VisitedSet::Hash(h) => h.clear(),
+        }
+    }
+}
+
+/// Open-addressing set of ids for indexes too large for the bitset.
+pub struct HashSet {
     slots: Vec<u32>,
     mask: usize,
     filled: Vec<u32>,
@@ -10,8 +70,8 @@ pub struct VisitedSet {
 
 const EMPTY: u32 = u32::MAX;
 
-impl VisitedSet {
-    /// A set for up to `max_entries` ids at load <= 0.5.
+impl HashSet {
+    /// A set for up to `max_entries` ids at load <= 0.5 (it grows beyond).
     pub fn new(max_entries: usize) -> Self {
         let cap = (2 * max_entries.max(8)).next_power_of_two();
         Self {
@@ -22,7 +82,6 @@ impl VisitedSet {
     }
 
     /// Insert; true when `id` was not in the set. Ids must not be `u32::MAX`.
-    /// Beyond `max_entries` the set grows (correct, slower).
     #[inline]
     pub fn insert(&mut self, id: u32) -> bool {
         if 2 * self.filled.len() >= self.slots.len() {
@@ -64,16 +123,6 @@ impl VisitedSet {
         }
         self.filled.clear();
     }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.filled.len()
-    }
-
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.filled.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -81,16 +130,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dedups_clears_and_grows() {
-        let mut v = VisitedSet::new(4);
-        for round in 0..3 {
+    fn both_sets_dedup_clear_and_agree() {
+        let mut bits = VisitedSet::new(1_000, 4);
+        let mut hash = VisitedSet::Hash(HashSet::new(4));
+        for round in 0..3u32 {
             for i in 0..100u32 {
-                assert!(v.insert(i * 7 + round));
-                assert!(!v.insert(i * 7 + round));
+                let id = (i * 7 + round) % 1_000;
+                assert!(bits.insert(id));
+                assert!(hash.insert(id));
+                assert!(!bits.insert(id));
+                assert!(!hash.insert(id));
             }
-            assert_eq!(v.len(), 100);
-            v.clear();
-            assert!(v.is_empty());
+            bits.clear();
+            hash.clear();
+            assert!(bits.insert(round) && hash.insert(round));
+            bits.clear();
+            hash.clear();
         }
     }
 }

@@ -1,0 +1,423 @@
+//! `cargo xtask bench`: sweep the search parameters of an index over a data set,
+//! measure recall@10 and QPS (median of `--repeats` runs after a warm-up), and
+//! with `--peers` run hnswlib, Faiss HNSW32, Faiss IVF-Flat and brute force in the
+//! same run on the same number of threads. Writes `results.json` and `pareto.png`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use octex_search::{Index, SearchParams};
+use serde_json::{json, Value};
+
+use crate::build_cmd::{print_report, BuildFlags};
+use crate::data::{self, Dataset};
+use crate::plot::{frontier, pareto_png, Series};
+use crate::search_cmd::{pick_backend, timed_search, Backend};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// A fetched data set's name (glove-50, fashion-mnist) or its folder.
+    #[arg(long)]
+    pub data: String,
+    /// Also run hnswlib, Faiss HNSW32, Faiss IVF-Flat and Faiss brute force.
+    #[arg(long)]
+    pub peers: bool,
+    /// Search this index instead of building one.
+    #[arg(long)]
+    pub index: Option<PathBuf>,
+    /// Output folder (results.json, pareto.png, the index).
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Timed runs per point (median reported), after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// A smaller parameter grid.
+    #[arg(long)]
+    pub quick: bool,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    #[command(flatten)]
+    pub build: BuildFlags,
+}
+
+/// The sweep: (r, S, W, R).
+fn grid(quick: bool) -> Vec<SearchParams> {
+    let mut g = Vec::new();
+    let sw: &[(usize, usize)] = if quick {
+        &[(8, 1), (16, 1), (16, 2), (32, 2), (32, 3), (64, 3), (64, 4)]
+    } else {
+        &[
+            (8, 1),
+            (8, 2),
+            (16, 1),
+            (16, 2),
+            (16, 3),
+            (32, 2),
+            (32, 3),
+            (32, 4),
+            (48, 3),
+            (64, 3),
+            (64, 4),
+            (96, 4),
+            (128, 5),
+        ]
+    };
+    for &(s, w) in sw {
+        for r in [32usize, 64] {
+            if r == 64 && s < 16 {
+                continue;
+            }
+            g.push(SearchParams {
+                read_depth: 16,
+                start_points: s,
+                waves: w,
+                rerank: r,
+            });
+        }
+    }
+    g
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+pub fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    json!({"cpu": cpu, "threads": rayon::current_num_threads(), "kernel": octex_search::simd::best_kernel().1})
+}
+
+/// The Python environment of the peers: `.venv` at the workspace root, made and
+/// filled with pip on first use.
+fn peer_python() -> Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let venv = root.join(".venv");
+    let py = venv.join("bin/python");
+    let ok = Command::new(&py)
+        .args(["-c", "import numpy, hnswlib, faiss"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return Ok(py);
+    }
+    println!(
+        "setting up the peers' Python environment in {} (numpy, hnswlib, faiss-cpu) ...",
+        venv.display()
+    );
+    if !py.exists() {
+        let s = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .context("python3 -m venv")?;
+        if !s.success() {
+            bail!(
+                "python3 -m venv {} failed (Debian: apt-get install python3-venv)",
+                venv.display()
+            );
+        }
+    }
+    let s = Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "numpy",
+            "hnswlib",
+            "faiss-cpu",
+        ])
+        .status()
+        .context("pip install")?;
+    if !s.success() {
+        bail!("pip could not install numpy, hnswlib and faiss-cpu");
+    }
+    Ok(py)
+}
+
+/// Peers' search points and build records.
+fn run_peers(ds: &Dataset, repeats: usize) -> Result<(Vec<Value>, Vec<Value>)> {
+    let py = peer_python()?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/peers.py");
+    println!("running peers (hnswlib M=16 efC=200, Faiss HNSW32, Faiss IVF-Flat, Faiss flat) on {} threads ...", rayon::current_num_threads());
+    let out = Command::new(py)
+        .arg(script)
+        .args(["--base".as_ref(), ds.base().as_os_str()])
+        .args(["--queries".as_ref(), ds.queries().as_os_str()])
+        .args(["--gt".as_ref(), ds.gt().as_os_str()])
+        .args([
+            "--metric",
+            &ds.manifest.metric,
+            "--threads",
+            &rayon::current_num_threads().to_string(),
+            "--repeats",
+            &repeats.to_string(),
+        ])
+        .output()
+        .context("running peers.py")?;
+    if !out.status.success() {
+        bail!("peers.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let all: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let (builds, points) = all
+        .into_iter()
+        .partition(|v: &Value| v.get("build").is_some());
+    Ok((points, builds))
+}
+
+pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
+    pick_backend(args.backend)?;
+    let ds = Dataset::open(&args.data, root)?;
+    let metric = ds.metric()?;
+    let (queries, dim) = data::read_vectors(&ds.queries())?;
+    let nq = queries.len() / dim;
+    std::fs::create_dir_all(&args.out)?;
+    let index_path = args.out.join(format!("{}.octex", ds.manifest.name));
+
+    let (index, build) = match &args.index {
+        Some(p) => (Index::load(p)?, json!({"loaded": p})),
+        None => {
+            let (base, bdim) = data::read_vectors(&ds.base())?;
+            let params = args.build.params()?;
+            let t = Instant::now();
+            let built = octex_build::build(&base, bdim, metric, &params)?;
+            let secs = t.elapsed().as_secs_f64();
+            print_report(&built.report, base.len() / bdim);
+            built.index.save(&index_path)?;
+            let n = base.len() / bdim;
+            let b = json!({
+                "seconds": secs,
+                "peak_rss_mib": peak_rss_mib(),
+                "index_bytes": built.index.as_bytes().len(),
+                "bytes_per_vector": built.index.as_bytes().len() as f64 / n as f64,
+                "report": built.report,
+            });
+            println!(
+                "octex build: {secs:.1} s, {:.0} bytes per vector, peak RSS {:.0} MiB",
+                b["bytes_per_vector"].as_f64().unwrap_or(0.0),
+                peak_rss_mib().unwrap_or(0.0)
+            );
+            (Index::new(built.index), b)
+        }
+    };
+    let (gt, gk) = data::read_ids(&ds.gt())?;
+
+    // octex sweep.
+    let mut points = Vec::new();
+    for p in grid(args.quick) {
+        timed_search(&index, &queries, 10, &p, nq)?;
+        let mut times = Vec::new();
+        let mut ids = Vec::new();
+        let mut stats = octex_search::SearchStats::default();
+        for _ in 0..args.repeats.max(1) {
+            let (i, secs, st) = timed_search(&index, &queries, 10, &p, nq)?;
+            times.push(secs);
+            ids = i;
+            stats = st;
+        }
+        let res: Vec<i32> = ids
+            .iter()
+            .map(|&i| if i == u32::MAX { -1 } else { i as i32 })
+            .collect();
+        let recall = data::recall_at(&res, 10, &gt, gk, 10)?;
+        let secs = median(times);
+        let q = stats.queries.max(1) as f64;
+        println!(
+            "octex r={} S={:>3} W={} R={:>3}: recall@10 {recall:.4}  {:>9.0} QPS  ({:.0} sketch + {:.0} exact distances/query)",
+            p.read_depth,
+            p.start_points,
+            p.waves,
+            p.rerank,
+            nq as f64 / secs,
+            stats.sketch_distances as f64 / q,
+            stats.exact_distances as f64 / q
+        );
+        points.push(json!({"system": "octex", "params": p, "recall": recall, "qps": nq as f64 / secs, "seconds": secs,
+            "sketch_per_query": stats.sketch_distances as f64 / q, "exact_per_query": stats.exact_distances as f64 / q}));
+    }
+
+    // Exact brute force (ours: blocked GEMM on all cores).
+    let (base, _) = data::read_vectors(&ds.base())?;
+    let t = Instant::now();
+    data::ground_truth(&base, &queries, dim, 10, metric);
+    let bf_secs = t.elapsed().as_secs_f64();
+    println!("octex exact brute force: {:.0} QPS", nq as f64 / bf_secs);
+    points.push(json!({"system": "brute force (octex exact_knn)", "params": "blocked GEMM", "recall": 1.0, "qps": nq as f64 / bf_secs, "seconds": bf_secs}));
+    drop(base);
+
+    let mut peer_builds = Vec::new();
+    if args.peers {
+        let (peer_points, builds) = run_peers(&ds, args.repeats)?;
+        for b in &builds {
+            println!(
+                "{} build ({}): {:.1} s, {:.0} bytes per vector, peak RSS {:.0} MiB (with the data)",
+                b["build"].as_str().unwrap_or(""),
+                b["params"].as_str().unwrap_or(""),
+                b["build_seconds"].as_f64().unwrap_or(0.0),
+                b["bytes_per_vector"].as_f64().unwrap_or(0.0),
+                b["peak_rss_mib_with_data"].as_f64().unwrap_or(0.0)
+            );
+        }
+        peer_builds = builds;
+        for v in peer_points {
+            println!(
+                "{:<20} {:<34} recall@10 {:.4}  {:>9.0} QPS",
+                v["system"].as_str().unwrap_or(""),
+                v["params"].as_str().unwrap_or(""),
+                v["recall"].as_f64().unwrap_or(0.0),
+                v["qps"].as_f64().unwrap_or(0.0)
+            );
+            points.push(v);
+        }
+    }
+
+    // Summary at the recall targets.
+    let mut systems: Vec<String> = points
+        .iter()
+        .filter_map(|p| p["system"].as_str().map(String::from))
+        .collect();
+    systems.dedup();
+    let mut summary = Vec::new();
+    println!(
+        "\nbest QPS at recall@10 >= target ({}, {} threads):",
+        machine()["cpu"].as_str().unwrap_or(""),
+        rayon::current_num_threads()
+    );
+    for target in [0.9, 0.95, 0.99, 0.995] {
+        let best = |sys: &str| {
+            points
+                .iter()
+                .filter(|p| p["system"] == sys && p["recall"].as_f64().unwrap_or(0.0) >= target)
+                .filter_map(|p| p["qps"].as_f64())
+                .fold(None, |a: Option<f64>, q| Some(a.map_or(q, |a| a.max(q))))
+        };
+        let ours = best("octex");
+        let mut row = json!({"target": target, "octex": ours});
+        let mut best_peer: Option<(String, f64)> = None;
+        for s in systems.iter().filter(|s| s.as_str() != "octex") {
+            let q = best(s);
+            row[s.as_str()] = json!(q);
+            if let Some(q) = q {
+                if best_peer.as_ref().is_none_or(|b| q > b.1) {
+                    best_peer = Some((s.clone(), q));
+                }
+            }
+        }
+        let ratio = match (ours, &best_peer) {
+            (Some(o), Some((_, b))) => Some(o / b),
+            _ => None,
+        };
+        row["ratio_vs_best_peer"] = json!(ratio);
+        println!(
+            "  {target:.3}: octex {:>9}  best peer {:<32} ratio {}",
+            ours.map_or("-".into(), |q| format!("{q:.0}")),
+            best_peer
+                .as_ref()
+                .map_or("-".into(), |b| format!("{} {:.0}", b.0, b.1)),
+            ratio.map_or("-".into(), |r| format!("{r:.2}x"))
+        );
+        summary.push(row);
+    }
+
+    let results = json!({
+        "dataset": ds.manifest,
+        "queries": nq,
+        "machine": machine(),
+        "build": build,
+        "peer_builds": peer_builds,
+        "points": points,
+        "summary": summary,
+    });
+    let rpath = args.out.join("results.json");
+    std::fs::write(&rpath, serde_json::to_string_pretty(&results)?)?;
+    let mut series: Vec<Series> = Vec::new();
+    for s in &systems {
+        let pts: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p["system"] == s.as_str())
+            .map(|p| {
+                (
+                    p["recall"].as_f64().unwrap_or(0.0),
+                    p["qps"].as_f64().unwrap_or(0.0),
+                )
+            })
+            .collect();
+        series.push(Series {
+            name: s.clone(),
+            points: frontier(&pts),
+        });
+    }
+    let ppath = args.out.join("pareto.png");
+    pareto_png(&ppath, &plot_title(&results), &series)?;
+    println!("wrote {} and {}", rpath.display(), ppath.display());
+    Ok(())
+}
+
+fn plot_title(results: &Value) -> String {
+    format!(
+        "{} ({} queries, {} threads, {})",
+        results["dataset"]["name"].as_str().unwrap_or("?"),
+        results["queries"],
+        results["machine"]["threads"],
+        results["machine"]["cpu"].as_str().unwrap_or("?")
+    )
+}
+
+/// Redraw `pareto.png` from a `results.json`.
+pub fn replot(results: &Path, out: &Path) -> Result<()> {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(results)?)?;
+    let points = r["points"].as_array().cloned().unwrap_or_default();
+    let mut names: Vec<String> = points
+        .iter()
+        .filter(|p| p.get("recall").is_some())
+        .filter_map(|p| p["system"].as_str().map(String::from))
+        .collect();
+    names.dedup();
+    let series: Vec<Series> = names
+        .iter()
+        .map(|s| {
+            let pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p["system"] == s.as_str())
+                .map(|p| {
+                    (
+                        p["recall"].as_f64().unwrap_or(0.0),
+                        p["qps"].as_f64().unwrap_or(0.0),
+                    )
+                })
+                .collect();
+            Series {
+                name: s.clone(),
+                points: frontier(&pts),
+            }
+        })
+        .collect();
+    pareto_png(out, &plot_title(&r), &series)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! Recall-vs-throughput Pareto plots (plotters, PNG, log QPS axis).
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+
+/// One system's points (recall, QPS).
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The Pareto frontier: points no other point beats in both recall and QPS,
+/// sorted by recall.
+pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut p: Vec<(f64, f64)> = points.to_vec();
+    p.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for (r, q) in p {
+        if out.last().is_none_or(|&(_, best)| q > best) {
+            out.push((r, q));
+        }
+    }
+    out.reverse();
+    out
+}
+
+/// Fonts tried for labels (plotters draws text with ab_glyph from a TTF).
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+fn register_font() -> bool {
+    for p in FONT_PATHS {
+        if let Ok(bytes) = std::fs::read(p) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Draw the frontiers of all series into `path`.
+pub fn pareto_png(path: &Path, title: &str, series: &[Series]) -> Result<()> {
+    if !register_font() {
+        tracing::warn!("no TTF font found (install fonts-dejavu-core): the plot has no labels");
+    }
+    // The interesting range is high recall: points below RECALL_FLOOR are left out.
+    const RECALL_FLOOR: f64 = 0.8;
+    let all: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(|p| p.0 >= RECALL_FLOOR)
+        .collect();
+    if all.is_empty() {
+        return Err(anyhow!("nothing to plot"));
+    }
+    let rmin = all
+        .iter()
+        .map(|p| p.0)
+        .fold(1.0, f64::min)
+        .clamp(0.0, 0.999);
+    let xmin = (rmin - 0.005).max(RECALL_FLOOR);
+    let qmin = all.iter().map(|p| p.1).fold(f64::INFINITY, f64::min) * 0.7;
+    let qmax = all.iter().map(|p| p.1).fold(0.0, f64::max) * 1.4;
+    let root = BitMapBackend::new(path, (1100, 750)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xmin..1.0f64, (qmin..qmax).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("recall@10")
+        .y_desc("queries per second (log)")
+        .label_style(("sans-serif", 16))
+        .draw()?;
+    let colours = [
+        RED,
+        BLUE,
+        GREEN,
+        MAGENTA,
+        CYAN,
+        BLACK,
+        RGBColor(255, 140, 0),
+    ];
+    for (i, s) in series.iter().enumerate() {
+        let c = colours[i % colours.len()];
+        let f: Vec<(f64, f64)> = frontier(&s.points)
+            .into_iter()
+            .filter(|p| p.0 >= xmin)
+            .collect();
+        chart
+            .draw_series(LineSeries::new(f.iter().copied(), c.stroke_width(2)))?
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(3)));
+        chart.draw_series(
+            s.points
+                .iter()
+                .filter(|p| p.0 >= xmin)
+                .map(|&p| Circle::new(p, 3, c.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontier_keeps_only_undominated_points() {
+        let f = frontier(&[
+            (0.9, 100.0),
+            (0.95, 50.0),
+            (0.93, 40.0),
+            (0.99, 10.0),
+            (0.9, 80.0),
+        ]);
+        assert_eq!(f, vec![(0.9, 100.0), (0.95, 50.0), (0.99, 10.0)]);
+    }
+
+    #[test]
+    fn writes_a_png() {
+        let dir = std::env::temp_dir().join(format!("octex-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("p.png");
+        pareto_png(
+            &p,
+            "test",
+            &[Series {
+                name: "a".into(),
+                points: vec![(0.5, 5000.0), (0.9, 1000.0), (0.99, 100.0)],
+            }],
+        )
+        .unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -45,12 +45,9 @@ macro_rules! impl_lattice_float {
                 if self.is_nan() || self.abs() >= INT_LIMIT {
                     return self;
                 }
+                // Branchless: subtract 1 where truncation went up (negatives).
                 let t = self as $int as $t;
-                if t > self {
-                    t - 1.0
-                } else {
-                    t
-                }
+                t - ((t > self) as u8 as $t)
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -87,15 +84,18 @@ pub fn decode_d8_plain<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
         f[i] = r.to_i32();
         sum += f[i];
         let err = (x[i] - r).abs();
-        if err > worst_err {
-            worst_err = err;
-            worst = i;
-        }
+        // Selects, not branches: the data decide these about half the time.
+        let better = err > worst_err;
+        worst = if better { i } else { worst };
+        worst_err = if better { err } else { worst_err };
     }
-    if sum & 1 != 0 {
-        let fi = T::from_i32(f[worst]);
-        f[worst] += if x[worst] >= fi { 1 } else { -1 };
-    }
+    // An odd sum moves the worst-rounded coordinate one step towards x.
+    let step = if x[worst] >= T::from_i32(f[worst]) {
+        1
+    } else {
+        -1
+    };
+    f[worst] += step * (sum & 1);
     let mut d = T::ZERO;
     for i in 0..8 {
         let e = x[i] - T::from_i32(f[i]);
@@ -119,11 +119,11 @@ pub fn decode_e8<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     let (a, da) = decode_d8_plain(x);
     let shifted = x.map(|v| v - T::HALF);
     let (b, db) = decode_d8_plain(&shifted);
-    if db < da {
-        (b.map(|v| 2 * v + 1), db)
-    } else {
-        (a.map(|v| 2 * v), da)
-    }
+    let coset = (db < da) as i32;
+    // Branchless select: 2a (even) or 2b + 1 (odd).
+    let p: [i32; 8] = core::array::from_fn(|i| 2 * (a[i] + coset * (b[i] - a[i])) + coset);
+    let d = if db < da { db } else { da };
+    (p, d)
 }
 
 /// Whether doubled coordinates `p2` name a point of E8.

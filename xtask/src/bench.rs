@@ -63,6 +63,7 @@ fn grid(quick: bool) -> Vec<SearchParams> {
             (64, 4),
             (96, 4),
             (128, 5),
+            (192, 6),
         ]
     };
     for &(s, w) in sw {
@@ -77,6 +78,15 @@ fn grid(quick: bool) -> Vec<SearchParams> {
                 rerank: r,
             });
         }
+    }
+    // The cheap end: shallower reads and reranks.
+    for (r, s, w, rr) in [(8, 4, 1, 16), (8, 8, 1, 16), (16, 8, 1, 16), (8, 16, 2, 32)] {
+        g.push(SearchParams {
+            read_depth: r,
+            start_points: s,
+            waves: w,
+            rerank: rr,
+        });
     }
     g
 }

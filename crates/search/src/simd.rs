@@ -188,7 +188,12 @@ pub fn l2_f16_portable(q: &[f32], v: &[half::f16]) -> f32 {
 mod x86_exact {
     use std::arch::x86_64::*;
 
+    /// Horizontal sum of eight lanes.
+    ///
+    /// # Safety
+    /// AVX must be present (called only from the `avx2,fma` kernels below).
     #[inline(always)]
+    // SAFETY: register-only intrinsics; the callers' target features cover them.
     unsafe fn hsum(acc: __m256) -> f32 {
         let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
         let h = _mm_add_ps(h, _mm_movehl_ps(h, h));

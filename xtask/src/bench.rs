@@ -365,25 +365,8 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     });
     let rpath = args.out.join("results.json");
     std::fs::write(&rpath, serde_json::to_string_pretty(&results)?)?;
-    let mut series: Vec<Series> = Vec::new();
-    for s in &systems {
-        let pts: Vec<(f64, f64)> = points
-            .iter()
-            .filter(|p| p["system"] == s.as_str())
-            .map(|p| {
-                (
-                    p["recall"].as_f64().unwrap_or(0.0),
-                    p["qps"].as_f64().unwrap_or(0.0),
-                )
-            })
-            .collect();
-        series.push(Series {
-            name: s.clone(),
-            points: frontier(&pts),
-        });
-    }
     let ppath = args.out.join("pareto.png");
-    pareto_png(&ppath, &plot_title(&results), &series)?;
+    plot_results(&results, &ppath)?;
     println!("wrote {} and {}", rpath.display(), ppath.display());
     Ok(())
 }
@@ -401,6 +384,13 @@ fn plot_title(results: &Value) -> String {
 /// Redraw `pareto.png` from a `results.json`.
 pub fn replot(results: &Path, out: &Path) -> Result<()> {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(results)?)?;
+    plot_results(&r, out)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The Pareto plot of a bench's results: one frontier per system.
+fn plot_results(r: &Value, out: &Path) -> Result<()> {
     let points = r["points"].as_array().cloned().unwrap_or_default();
     let mut names: Vec<String> = points
         .iter()
@@ -427,7 +417,5 @@ pub fn replot(results: &Path, out: &Path) -> Result<()> {
             }
         })
         .collect();
-    pareto_png(out, &plot_title(&r), &series)?;
-    println!("wrote {}", out.display());
-    Ok(())
+    pareto_png(out, &plot_title(r), &series)
 }

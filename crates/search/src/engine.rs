@@ -94,6 +94,9 @@ pub fn entry_points(index: &Index) -> Vec<u32> {
     seeds
 }
 
+/// Sketch rows prefetched ahead of the one being ranked.
+const PREFETCH_AHEAD: usize = 32;
+
 /// Per-thread reusable buffers.
 pub(crate) struct Scratch {
     visited: VisitedSet,
@@ -167,14 +170,20 @@ impl Engine {
     fn rank_fresh(&self, index: &Index, qs: &[f32], scales: &[f32], s: &mut Scratch) {
         let sk = index.sketch();
         let w = self.w;
-        for &id in &s.fresh {
-            prefetch(&sk[id as usize * w..id as usize * w + w]);
+        let row = |id: u32| &sk[id as usize * w..id as usize * w + w];
+        // Software pipeline: a core keeps only ~10-20 misses in flight, so
+        // prefetch PREFETCH_AHEAD rows ahead of the distance being computed
+        // rather than all rows up front.
+        for &id in s.fresh.iter().take(PREFETCH_AHEAD) {
+            prefetch(row(id));
         }
         s.cand.clear();
-        for &id in &s.fresh {
-            let row = &sk[id as usize * w..id as usize * w + w];
+        for (i, &id) in s.fresh.iter().enumerate() {
+            if let Some(&ahead) = s.fresh.get(i + PREFETCH_AHEAD) {
+                prefetch(row(ahead));
+            }
             s.cand.push(Cand {
-                d: (self.kernel)(qs, scales, row),
+                d: (self.kernel)(qs, scales, row(id)),
                 id,
                 expanded: false,
             });
@@ -331,6 +340,11 @@ impl Engine {
                 break;
             }
             s.fresh.clear();
+            for &u in &s.starts {
+                let row = &rows[u as usize * lt..(u as usize + 1) * lt];
+                prefetch_u32(&row[0]);
+                prefetch_u32(&row[lt - 1]);
+            }
             for &u in &s.starts {
                 for &id in rows[u as usize * lt..(u as usize + 1) * lt]
                     .iter()

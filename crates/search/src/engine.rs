@@ -165,7 +165,8 @@ impl Engine {
         }
     }
 
-    /// Rank the ids in `s.fresh` by sketch distance into `s.cand`.
+    /// Rank the ids in `s.fresh` by sketch distance into `s.cand`. Not inlined,
+    /// so that profiles separate ranking from the rest of the wave loop.
     #[inline(never)]
     fn rank_fresh(&self, index: &Index, qs: &[f32], scales: &[f32], s: &mut Scratch) {
         let sk = index.sketch();
@@ -192,6 +193,7 @@ impl Engine {
     }
 
     /// Merge `s.cand` into the best list, keeping `m` entries sorted by distance.
+    /// Not inlined, for the same reason.
     #[inline(never)]
     fn merge(&self, s: &mut Scratch, m: usize) {
         if s.best.len() == m {

@@ -392,19 +392,10 @@ impl VectorFile {
         for r in start..end {
             let b = self.row_bytes(r, &mut scratch);
             let before = out.len();
-            match self.dtype {
-                Dtype::F32 => out.extend(
-                    b.chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))),
-                ),
-                Dtype::F16 => out.extend(
-                    b.chunks_exact(2)
-                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
-                ),
-                Dtype::U8 => out.extend(b.iter().map(|&v| v as f32)),
-                Dtype::I8 => out.extend(b.iter().map(|&v| v as i8 as f32)),
-                Dtype::I32 => unreachable!("rejected above"),
-            }
+            out.extend(
+                b.chunks_exact(self.dtype.size())
+                    .map(|v| element_f32(self.dtype, v)),
+            );
             if let Some(col) = out[before..].iter().position(|v| !v.is_finite()) {
                 let value = out[before + col];
                 out.truncate(before);
@@ -437,13 +428,7 @@ impl VectorFile {
             let col = &b[data_offset + (c * self.rows + start) * es
                 ..data_offset + (c * self.rows + end) * es];
             for (i, v) in col.chunks_exact(es).enumerate() {
-                out[base + i * self.dim + c] = match self.dtype {
-                    Dtype::F32 => f32::from_le_bytes(v.try_into().expect("4 bytes")),
-                    Dtype::F16 => half::f16::from_le_bytes([v[0], v[1]]).to_f32(),
-                    Dtype::U8 => v[0] as f32,
-                    Dtype::I8 => v[0] as i8 as f32,
-                    Dtype::I32 => unreachable!("rejected by the caller"),
-                };
+                out[base + i * self.dim + c] = element_f32(self.dtype, v);
             }
         }
         if let Some(i) = out[base..].iter().position(|v| !v.is_finite()) {
@@ -485,6 +470,19 @@ impl VectorFile {
             );
         }
         Ok(out)
+    }
+}
+
+/// One little-endian element of a vector file as `f32` (`bytes` holds exactly
+/// one element; i32 files are rejected before any conversion).
+#[inline]
+fn element_f32(dtype: Dtype, bytes: &[u8]) -> f32 {
+    match dtype {
+        Dtype::F32 => f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+        Dtype::F16 => half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32(),
+        Dtype::U8 => bytes[0] as f32,
+        Dtype::I8 => bytes[0] as i8 as f32,
+        Dtype::I32 => unreachable!("i32 files are rejected before conversion to f32"),
     }
 }
 

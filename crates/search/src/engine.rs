@@ -16,7 +16,7 @@
 use octex_index::{Index, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
 
-use crate::simd::{prefetch, prefetch_u32, prefetch_u64, ExactF16Fn, ExactF32Fn, SketchFn};
+use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
 use crate::SearchParams;
 
@@ -276,7 +276,7 @@ impl Engine {
                 let e = &tables[c * nsp + sp];
                 if e.capacity > 0 {
                     let slot = e.slot_offset as usize + (key as usize & (e.capacity as usize - 1));
-                    prefetch_u64(&table_keys[slot]);
+                    prefetch_at(&table_keys[slot]);
                 }
             }
             s.still.clear();
@@ -291,7 +291,7 @@ impl Engine {
                 ) {
                     Some(ord) => {
                         let start = (e.ripple_base as usize + ord as usize) * l;
-                        prefetch_u32(&ripples[start]);
+                        prefetch_at(&ripples[start]);
                         s.hits.push(start as u32);
                         s.stats.spacing_hits[sp.min(7)] += 1;
                     }
@@ -344,8 +344,8 @@ impl Engine {
             s.fresh.clear();
             for &u in &s.starts {
                 let row = &rows[u as usize * lt..(u as usize + 1) * lt];
-                prefetch_u32(&row[0]);
-                prefetch_u32(&row[lt - 1]);
+                prefetch_at(&row[0]);
+                prefetch_at(&row[lt - 1]);
             }
             for &u in &s.starts {
                 for &id in rows[u as usize * lt..(u as usize + 1) * lt]

@@ -89,18 +89,9 @@ pub fn prefetch(row: &[i8]) {
 
 /// Hint the CPU to load the cache line holding `v`.
 #[inline(always)]
-pub fn prefetch_u64(v: &u64) {
+pub fn prefetch_at<T>(v: &T) {
     #[cfg(target_arch = "x86_64")]
-    x86::prefetch(v as *const u64 as *const i8);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
-}
-
-/// Hint the CPU to load the cache line holding `v`.
-#[inline(always)]
-pub fn prefetch_u32(v: &u32) {
-    #[cfg(target_arch = "x86_64")]
-    x86::prefetch(v as *const u32 as *const i8);
+    x86::prefetch(v as *const T as *const i8);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = v;
 }

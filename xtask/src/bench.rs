@@ -91,7 +91,7 @@ fn grid(quick: bool) -> Vec<SearchParams> {
     g
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
@@ -201,7 +201,7 @@ fn run_peers(ds: &Dataset, repeats: usize) -> Result<(Vec<Value>, Vec<Value>)> {
 }
 
 pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
-    pick_backend(args.backend)?;
+    let backend = pick_backend(args.backend)?;
     let ds = Dataset::open(&args.data, root)?;
     let metric = ds.metric()?;
     let (queries, dim) = data::read_vectors(&ds.queries())?;
@@ -236,6 +236,19 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
         }
     };
     let (gt, gk) = data::read_ids(&ds.gt())?;
+    if backend == "gpu" {
+        return crate::gpu_bench::run(
+            &ds,
+            &index,
+            build,
+            &queries,
+            dim,
+            &gt,
+            gk,
+            args.repeats,
+            &args.out,
+        );
+    }
 
     // octex sweep.
     let mut points = Vec::new();
@@ -372,13 +385,20 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
 }
 
 fn plot_title(results: &Value) -> String {
-    format!(
-        "{} ({} queries, {} threads, {})",
-        results["dataset"]["name"].as_str().unwrap_or("?"),
-        results["queries"],
-        results["machine"]["threads"],
-        results["machine"]["cpu"].as_str().unwrap_or("?")
-    )
+    match results["machine"]["gpu"].as_str() {
+        Some(gpu) => format!(
+            "{} ({} queries per batch, {gpu})",
+            results["dataset"]["name"].as_str().unwrap_or("?"),
+            results["queries"],
+        ),
+        None => format!(
+            "{} ({} queries, {} threads, {})",
+            results["dataset"]["name"].as_str().unwrap_or("?"),
+            results["queries"],
+            results["machine"]["threads"],
+            results["machine"]["cpu"].as_str().unwrap_or("?")
+        ),
+    }
 }
 
 /// Redraw `pareto.png` from a `results.json`.
@@ -390,7 +410,7 @@ pub fn replot(results: &Path, out: &Path) -> Result<()> {
 }
 
 /// The Pareto plot of a bench's results: one frontier per system.
-fn plot_results(r: &Value, out: &Path) -> Result<()> {
+pub fn plot_results(r: &Value, out: &Path) -> Result<()> {
     let points = r["points"].as_array().cloned().unwrap_or_default();
     let mut names: Vec<String> = points
         .iter()

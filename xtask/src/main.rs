@@ -8,6 +8,7 @@
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
 mod bench;
+mod gpu_bench;
 mod build_cmd;
 mod data;
 mod demo;

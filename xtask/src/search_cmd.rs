@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use octex_search::{Index, SearchParams};
+use octex_search::{GpuOptions, Index, SearchParams};
 
 use crate::data;
 
@@ -44,12 +44,15 @@ pub enum Backend {
     Gpu,
 }
 
-/// The backend to use: the GPU backend does not exist yet, so `auto` is the CPU
-/// and `gpu` is a clear error.
+/// The backend to use: `auto` is the GPU when a CUDA driver reports a device,
+/// else the CPU; `gpu` without one is a clear error.
 pub fn pick_backend(b: Backend) -> Result<&'static str> {
+    let gpu = octex_kernels::driver_available();
     match b {
-        Backend::Auto | Backend::Cpu => Ok("cpu"),
-        Backend::Gpu => bail!("the GPU backend is not available in this build of octex (CPU only so far); use --backend cpu or auto"),
+        Backend::Cpu => Ok("cpu"),
+        Backend::Auto => Ok(if gpu { "gpu" } else { "cpu" }),
+        Backend::Gpu if gpu => Ok("gpu"),
+        Backend::Gpu => bail!("--backend gpu: no CUDA driver or device on this machine; use --backend cpu or auto"),
     }
 }
 
@@ -119,9 +122,23 @@ pub fn run(args: SearchArgs) -> Result<()> {
     }
     let nq = queries.len() / dim;
     let p = args.flags.params();
-    // Warm-up pass over a slice (page in the map), then the timed run.
-    index.search(&queries[..dim * nq.min(1000)], args.k, &p)?;
-    let (ids, secs, stats) = timed_search(&index, &queries, args.k, &p, args.batch.unwrap_or(nq))?;
+    let (ids, secs, stats) = if backend == "gpu" {
+        let batch = args.batch.unwrap_or(nq.min(10_000));
+        let mut g = index.gpu(&GpuOptions {
+            device: 0,
+            max_batch: batch,
+        })?;
+        eprintln!("GPU: {}", g.device());
+        // Warm-up (module load, graph capture), then the timed run.
+        g.search(&queries[..dim * nq.min(batch)], args.k, &p)?;
+        let t = Instant::now();
+        let r = g.search(&queries, args.k, &p)?;
+        (r.ids, t.elapsed().as_secs_f64(), r.stats)
+    } else {
+        // Warm-up pass over a slice (page in the map), then the timed run.
+        index.search(&queries[..dim * nq.min(1000)], args.k, &p)?;
+        timed_search(&index, &queries, args.k, &p, args.batch.unwrap_or(nq))?
+    };
     let recall = match &args.gt {
         Some(g) => Some(recall_of(&ids, args.k, g)?),
         None => None,

@@ -1,13 +1,479 @@
 //! # octex-kernels
 //!
-//! Will hold the GPU kernels of OctEx, written in Rust (`#![no_std]`, rustc's
-//! `nvptx64-nvidia-cuda` target, compiled to PTX by a build script, with committed
-//! PTX for machines without the pinned nightly) and their typed host launchers on
-//! `cudarc` with dynamic loading.
+//! The GPU kernels of OctEx and their typed host launchers.
+//!
+//! - The kernels (`gpu/src/lib.rs`) are Rust, `#![no_std]`, built for rustc's
+//!   `nvptx64-nvidia-cuda` target by `build.rs` with a pinned nightly and
+//!   `-Zbuild-std=core`, and embedded here as PTX ([`PTX`]). Without that
+//!   nightly the committed `ptx/octex_kernels.ptx` is embedded instead
+//!   ([`PTX_ORIGIN`] says which); a test fails when the two differ.
+//! - The host side opens the driver and cuBLAS through `cudarc` with dynamic
+//!   loading: nothing of CUDA is needed to build, and a machine without a driver
+//!   gets [`GpuError::NoDriver`] from [`Gpu::open`], never a panic.
+//! - [`Gpu`] owns the context, one stream, the module and a cuBLAS handle (with
+//!   a fixed workspace, so products can be captured in CUDA graphs), and its
+//!   launchers take typed device buffers: callers never see a launch
+//!   configuration or a raw pointer.
+//! - [`layout`]: the structures the kernels read ([`layout::IndexView`], the
+//!   per-part table of device pointers of an index, and [`layout::BatchView`]),
+//!   compiled into both sides from one file.
 //!
 //! Place in the pipeline: `octex-search` (GPU backend) and `octex-build` (GPU
-//! build) call the launchers; the kernels read the index in the layout of
-//! `octex-index`. Depends on `cudarc` only.
-//!
-//! Empty for now: the CPU backend comes first and is the reference the GPU must
-//! agree with.
+//! phases) call the launchers; the kernels read the index in the layout of
+//! `octex-index`, decoded with the very E8 and key code of `octex-lattice`.
+
+pub mod brute;
+pub mod layout;
+
+pub use brute::GpuBruteForce;
+
+use std::sync::Arc;
+
+use cudarc::cublas::{sys as blas_sys, CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut,
+    DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use layout::{BatchView, IndexView, SearchSmem, BLOCK_THREADS, MAX_TOPK};
+
+/// The kernels' PTX (`.version 8.0`, `.target sm_90`).
+pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/octex_kernels.ptx"));
+
+/// `"built"` when [`PTX`] was compiled from `gpu/` in this build, `"committed"`
+/// when it is the committed copy.
+pub const PTX_ORIGIN: &str = env!("OCTEX_PTX_ORIGIN");
+
+/// The committed PTX (what stable-only machines embed).
+pub const COMMITTED_PTX: &str = include_str!("../ptx/octex_kernels.ptx");
+
+/// Why the GPU path is unavailable or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no CUDA driver on this machine (libcuda could not be loaded)")]
+    NoDriver,
+    #[error("no CUDA device {0} (the driver reports {1} devices)")]
+    NoDevice(usize, i32),
+    #[error("cuBLAS could not be loaded: {0}")]
+    NoBlas(String),
+    #[error("CUDA driver error: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+    #[error("cuBLAS error: {0}")]
+    Blas(#[from] cudarc::cublas::result::CublasError),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+// SAFETY: both are `repr(C)` plain old data (integers only), laid out alike on
+// host and device (`layout.rs` is compiled into both).
+unsafe impl DeviceRepr for IndexView {}
+// SAFETY: as above.
+unsafe impl DeviceRepr for BatchView {}
+
+/// Whether a CUDA driver can be loaded and reports at least one device.
+pub fn driver_available() -> bool {
+    // SAFETY: is_culib_present only tries to dlopen the library.
+    if !unsafe { sys::is_culib_present() } {
+        return false;
+    }
+    std::panic::catch_unwind(|| CudaContext::device_count().unwrap_or(0) > 0).unwrap_or(false)
+}
+
+/// cuBLAS workspace (fixed, so products can be captured in graphs).
+const BLAS_WORKSPACE: usize = 32 << 20;
+
+/// One GPU: context, stream, kernels and cuBLAS.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    blas: CudaBlas,
+    _blas_workspace: CudaSlice<u8>,
+    wave_search: CudaFunction,
+    fragment_keys: CudaFunction,
+    sub_bias: CudaFunction,
+    row_sq_norms: CudaFunction,
+    topk_tile: CudaFunction,
+    max_smem: usize,
+}
+
+/// Device address of a buffer (for the pointer tables the kernels read).
+pub fn device_address<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (p, _guard) = s.device_ptr(stream);
+    p
+}
+
+fn cfg(blocks: u32, shared: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks.max(1), 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: shared,
+    }
+}
+
+fn blocks_for(items: u64) -> Result<u32, GpuError> {
+    let b = items.div_ceil(BLOCK_THREADS as u64);
+    u32::try_from(b).map_err(|_| GpuError::Unsupported(format!("{items} threads is too many for one launch")))
+}
+
+impl Gpu {
+    /// Open device `ordinal`, load the kernels and cuBLAS.
+    pub fn open(ordinal: usize) -> Result<Self, GpuError> {
+        // SAFETY: only tries to dlopen libcuda.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(GpuError::NoDriver);
+        }
+        let count = CudaContext::device_count()?;
+        if ordinal as i32 >= count {
+            return Err(GpuError::NoDevice(ordinal, count));
+        }
+        // SAFETY: only tries to dlopen libcublas.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(GpuError::NoBlas("libcublas not found".into()));
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // One stream orders all our work, and graphs cannot be captured with
+        // cudarc's per-buffer event tracking on.
+        // SAFETY: every buffer of this context is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let module = ctx.load_module(Ptx::from_src(PTX))?;
+        let f = |name: &str| module.load_function(name);
+        let wave_search = f("wave_search")?;
+        let max_smem = ctx.attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as usize;
+        let topk_tile = f("topk_tile")?;
+        for func in [&wave_search, &topk_tile] {
+            func.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                max_smem as i32,
+            )?;
+        }
+        let blas = CudaBlas::new(stream.clone())?;
+        let workspace = stream.alloc_zeros::<u8>(BLAS_WORKSPACE)?;
+        {
+            let (p, _g) = workspace.device_ptr(&stream);
+            // SAFETY: the workspace lives as long as the handle (both in Self).
+            let st = unsafe {
+                blas_sys::cublasSetWorkspace_v2(*blas.handle(), p as *mut _, BLAS_WORKSPACE)
+            };
+            st.result()?;
+        }
+        Ok(Self {
+            fragment_keys: f("fragment_keys")?,
+            sub_bias: f("sub_bias")?,
+            row_sq_norms: f("row_sq_norms")?,
+            ctx,
+            stream,
+            _module: module,
+            blas,
+            _blas_workspace: workspace,
+            wave_search,
+            topk_tile,
+            max_smem,
+        })
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream all launchers use.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Device name and memory, for logs and bench records.
+    pub fn describe(&self) -> String {
+        let name = self.ctx.name().unwrap_or_default();
+        let mem = self.ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+        format!("{name} ({mem:.0} GiB)")
+    }
+
+    /// Most dynamic shared memory one block may take.
+    pub fn max_shared_memory(&self) -> usize {
+        self.max_smem
+    }
+
+    /// Copy a host slice to a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        Ok(self.stream.clone_htod(host)?)
+    }
+
+    /// A zeroed device buffer.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>, GpuError> {
+        Ok(self.stream.alloc_zeros::<T>(len.max(1))?)
+    }
+
+    /// Copy a device buffer (or its first `host.len()` values) to the host.
+    pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>, host: &mut [T]) -> Result<(), GpuError> {
+        let n = host.len();
+        self.stream.memcpy_dtoh(&dev.slice(..n), host)?;
+        Ok(())
+    }
+
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// Row-major `c (n x k) = a (n x d, row stride lda) * b (d x k, row stride ldb)`,
+    /// `c` with row stride `ldc`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &self,
+        a: &CudaView<f32>,
+        lda: usize,
+        b: &CudaView<f32>,
+        ldb: usize,
+        c: &mut CudaViewMut<f32>,
+        ldc: usize,
+        (n, d, k): (usize, usize, usize),
+    ) -> Result<(), GpuError> {
+        // Row-major C = A B is column-major C^T = B^T A^T.
+        let g = GemmConfig {
+            transa: blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            transb: blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            m: k as i32,
+            n: n as i32,
+            k: d as i32,
+            alpha: 1.0f32,
+            lda: ldb as i32,
+            ldb: lda as i32,
+            beta: 0.0f32,
+            ldc: ldc as i32,
+        };
+        // SAFETY: the shapes and strides describe buffers of at least these sizes
+        // (checked by the callers' constructors).
+        unsafe { self.blas.gemm(g, b, a, c) }?;
+        Ok(())
+    }
+
+    /// Row-major `c (nq x nt) = q (nq x d) * x^T` for `x` (`nt x d`), `c` dense.
+    pub fn matmul_transposed(
+        &self,
+        q: &CudaView<f32>,
+        x: &CudaView<f32>,
+        c: &mut CudaViewMut<f32>,
+        (nq, nt, d): (usize, usize, usize),
+    ) -> Result<(), GpuError> {
+        // Column-major: C^T (nt x nq) = X (as d x nt)^T * Q^T (d x nq).
+        let g = GemmConfig {
+            transa: blas_sys::cublasOperation_t::CUBLAS_OP_T,
+            transb: blas_sys::cublasOperation_t::CUBLAS_OP_N,
+            m: nt as i32,
+            n: nq as i32,
+            k: d as i32,
+            alpha: 1.0f32,
+            lda: d as i32,
+            ldb: d as i32,
+            beta: 0.0f32,
+            ldc: nt as i32,
+        };
+        // SAFETY: as in `matmul`.
+        unsafe { self.blas.gemm(g, x, q, c) }?;
+        Ok(())
+    }
+
+    /// `x[i][j] -= bias[j]` for `n x m` row-major `x`.
+    pub fn sub_bias(&self, x: &mut CudaViewMut<f32>, n: usize, bias: &CudaSlice<f32>) -> Result<(), GpuError> {
+        let m = bias.len();
+        assert!(x.len() >= n * m);
+        let (n32, m32) = (n as u32, m as u32);
+        let mut b = self.stream.launch_builder(&self.sub_bias);
+        b.arg(x).arg(&n32).arg(&m32).arg(bias);
+        // SAFETY: the kernel touches n * m values of x and m of bias.
+        unsafe { b.launch(cfg(blocks_for((n * m) as u64)?, 0)) }?;
+        Ok(())
+    }
+
+    /// `out[i] = |x_i|^2` for `n x d` row-major `x`.
+    pub fn row_sq_norms(&self, x: &CudaView<f32>, n: usize, d: usize, out: &mut CudaViewMut<f32>) -> Result<(), GpuError> {
+        assert!(x.len() >= n * d && out.len() >= n);
+        let (n32, d32) = (n as u32, d as u32);
+        let mut b = self.stream.launch_builder(&self.row_sq_norms);
+        b.arg(x).arg(&n32).arg(&d32).arg(out);
+        // SAFETY: sizes asserted above.
+        unsafe { b.launch(cfg(blocks_for(n as u64)?, 0)) }?;
+        Ok(())
+    }
+
+    /// Fragment key and centre distance of every (vector, copy, spacing) of `n`
+    /// projected vectors `z` (`n x width`): `keys`/`dists` are
+    /// `n x copies x spacings`.
+    pub fn fragment_keys(
+        &self,
+        index: &DeviceIndexView,
+        z: &CudaView<f32>,
+        n: usize,
+        keys: &mut CudaViewMut<u64>,
+        dists: &mut CudaViewMut<f32>,
+    ) -> Result<(), GpuError> {
+        let v = index.view;
+        let items = n as u64 * v.copies as u64 * v.spacings as u64;
+        assert!(z.len() >= n * v.width as usize);
+        assert!(keys.len() as u64 >= items && dists.len() as u64 >= items);
+        let n32 = n as u32;
+        let mut b = self.stream.launch_builder(&self.fragment_keys);
+        b.arg(&index.dev).arg(z).arg(&n32).arg(keys).arg(dists);
+        // SAFETY: sizes asserted above; the view's pointers are live (DeviceIndexView
+        // is built from buffers its owner keeps).
+        unsafe { b.launch(cfg(blocks_for(items)?, 0)) }?;
+        Ok(())
+    }
+
+    /// The wave search of a batch: one block per query. `batch` must describe
+    /// live buffers sized for `nq` queries (see [`layout::BatchView`]).
+    pub fn wave_search(&self, index: &DeviceIndexView, batch: &DeviceBatchView) -> Result<(), GpuError> {
+        let smem = SearchSmem::new(&index.view, &batch.view).total as usize;
+        if smem > self.max_smem {
+            return Err(GpuError::Unsupported(format!(
+                "these search parameters need {smem} bytes of shared memory per query, the GPU has {}",
+                self.max_smem
+            )));
+        }
+        let mut b = self.stream.launch_builder(&self.wave_search);
+        b.arg(&index.dev).arg(&batch.dev);
+        // SAFETY: the views' pointers are live and sized as they say (their owners
+        // build them); shared memory as SearchSmem lays it out.
+        unsafe { b.launch(cfg(batch.view.nq, smem as u32)) }?;
+        Ok(())
+    }
+
+    /// Merge the tile `dots` (`nq x nt`, row-major; ids `tile_base..`) into the
+    /// running top-`k` lists `best` (`nq x k`, start at `u64::MAX`); scores are
+    /// `norms[t] - 2 dots[q][t]`; `self_base` (or `u32::MAX`) names the id of
+    /// query 0 to skip.
+    #[allow(clippy::too_many_arguments)]
+    pub fn topk_tile(
+        &self,
+        dots: &CudaView<f32>,
+        (nq, nt): (usize, usize),
+        norms: &CudaView<f32>,
+        tile_base: u32,
+        self_base: u32,
+        k: usize,
+        best: &mut CudaViewMut<u64>,
+    ) -> Result<(), GpuError> {
+        if k == 0 || k > MAX_TOPK as usize {
+            return Err(GpuError::Unsupported(format!("GPU top-k needs 1 <= k <= {MAX_TOPK}, got {k}")));
+        }
+        assert!(dots.len() >= nq * nt && norms.len() >= nt && best.len() >= nq * k);
+        let smem = 8 * (BLOCK_THREADS as usize * k + k).next_power_of_two();
+        let (nq32, nt32, k32) = (nq as u32, nt as u32, k as u32);
+        let mut b = self.stream.launch_builder(&self.topk_tile);
+        b.arg(dots).arg(&nq32).arg(&nt32).arg(norms).arg(&tile_base).arg(&self_base).arg(&k32).arg(best);
+        // SAFETY: sizes asserted above.
+        unsafe { b.launch(cfg(nq32, smem as u32)) }?;
+        Ok(())
+    }
+}
+
+/// An [`IndexView`] and its copy in device memory (what kernels receive).
+pub struct DeviceIndexView {
+    pub view: IndexView,
+    dev: CudaSlice<IndexView>,
+}
+
+impl DeviceIndexView {
+    /// Upload `view`. The caller keeps the buffers it points to alive as long as
+    /// this value.
+    pub fn new(gpu: &Gpu, view: IndexView) -> Result<Self, GpuError> {
+        Ok(Self {
+            view,
+            dev: gpu.upload(&[view])?,
+        })
+    }
+}
+
+/// A [`BatchView`] and its copy in device memory.
+pub struct DeviceBatchView {
+    pub view: BatchView,
+    dev: CudaSlice<BatchView>,
+}
+
+impl DeviceBatchView {
+    pub fn new(gpu: &Gpu, view: BatchView) -> Result<Self, GpuError> {
+        Ok(Self {
+            view,
+            dev: gpu.upload(&[view])?,
+        })
+    }
+
+    /// Rewrite the device copy (for example a new `nq`) on the stream, so a
+    /// captured graph that reads it sees the change at its next replay.
+    pub fn update(&mut self, gpu: &Gpu, view: BatchView) -> Result<(), GpuError> {
+        self.view = view;
+        gpu.stream.memcpy_htod(&[view], &mut self.dev)?;
+        Ok(())
+    }
+}
+
+/// Silence unused-import lints for traits used only through method syntax.
+#[allow(dead_code)]
+fn _traits(_: &dyn DevicePtrMut<f32>) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(ptx: &str) -> Vec<String> {
+        ptx.lines()
+            .filter_map(|l| l.split(".entry ").nth(1))
+            .map(|s| s.trim_end_matches('(').trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn ptx_targets_sm90_and_has_every_kernel() {
+        assert!(PTX.contains(".target sm_90"), "PTX target");
+        let e = entries(PTX);
+        for k in ["wave_search", "fragment_keys", "sub_bias", "row_sq_norms", "topk_tile"] {
+            assert!(e.iter().any(|x| x == k), "missing kernel {k} in {e:?}");
+        }
+    }
+
+    /// The committed PTX must be what the sources build to. Where the pinned
+    /// nightly exists (CI installs it), `PTX` was just built from `gpu/`.
+    #[test]
+    fn committed_ptx_is_current() {
+        if PTX_ORIGIN != "built" {
+            eprintln!("skipped: the pinned nightly is absent, the committed PTX was embedded");
+            return;
+        }
+        if PTX != COMMITTED_PTX {
+            if std::env::var("OCTEX_UPDATE_PTX").as_deref() == Ok("1") {
+                let p = concat!(env!("CARGO_MANIFEST_DIR"), "/ptx/octex_kernels.ptx");
+                std::fs::write(p, PTX).expect("write the committed PTX");
+                eprintln!("updated {p}");
+                return;
+            }
+            panic!(
+                "crates/kernels/ptx/octex_kernels.ptx is stale: run \
+                 `OCTEX_UPDATE_PTX=1 cargo test -p octex-kernels committed_ptx` and commit it"
+            );
+        }
+    }
+
+    #[test]
+    fn order_keys_sort_like_floats() {
+        use layout::{f32_from_order_key, f32_order_key};
+        let vals = [-3.5f32, -1e-30, -0.0, 0.0, 1e-30, 2.0, 7.25, f32::INFINITY];
+        for w in vals.windows(2) {
+            assert!(f32_order_key(w[0]) <= f32_order_key(w[1]), "{w:?}");
+        }
+        for v in vals {
+            assert_eq!(f32_from_order_key(f32_order_key(v)).to_bits(), v.to_bits());
+        }
+    }
+
+    #[test]
+    fn open_without_driver_is_an_error_not_a_panic() {
+        if driver_available() {
+            eprintln!("a GPU is present: the no-driver path is not exercised here");
+            return;
+        }
+        assert!(matches!(Gpu::open(0), Err(GpuError::NoDriver) | Err(GpuError::NoDevice(..))));
+    }
+}

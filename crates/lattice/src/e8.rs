@@ -137,6 +137,7 @@ pub fn is_e8_point(p2: &[i32; 8]) -> bool {
 }
 
 /// The 240 minimal vectors of E8 (norm 2), as doubled coordinates.
+#[cfg(not(target_arch = "nvptx64"))]
 pub fn e8_minimal_vectors() -> Vec<[i32; 8]> {
     let mut out = Vec::with_capacity(240);
     // (+-1, +-1, 0^6): 112 vectors, doubled (+-2, +-2, 0..).

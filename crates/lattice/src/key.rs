@@ -24,26 +24,69 @@ pub const fn fmix64(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
+/// The hash chain of [`fragment_key`] fed one coordinate pair at a time, so a
+/// decoder can hash blocks as it produces them (the GPU kernels do).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyHasher {
+    h: u64,
+}
+
+impl KeyHasher {
+    /// A chain over `len` doubled coordinates.
+    #[inline(always)]
+    pub const fn new(seed: u64, len: usize) -> Self {
+        Self {
+            h: seed ^ (len as u64),
+        }
+    }
+
+    /// The chain for fragment keys.
+    #[inline(always)]
+    pub const fn for_key(len: usize) -> Self {
+        Self::new(KEY_SEED, len)
+    }
+
+    /// Feed coordinates `2i` and `2i + 1` (`hi = 0` past an odd end).
+    #[inline(always)]
+    pub fn push_pair(&mut self, lo: i32, hi: i32) {
+        let word = (lo as u32 as u64) | ((hi as u32 as u64) << 32);
+        self.h = fmix64(self.h ^ word).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    }
+
+    #[inline(always)]
+    pub fn finish(self) -> u64 {
+        fmix64(self.h)
+    }
+
+    /// The final key (never [`EMPTY_KEY`]).
+    #[inline(always)]
+    pub fn finish_key(self) -> u64 {
+        let k = self.finish();
+        if k == EMPTY_KEY {
+            EMPTY_KEY - 1
+        } else {
+            k
+        }
+    }
+}
+
 #[inline(always)]
 fn hash_coords(seed: u64, doubled: &[i32]) -> u64 {
-    let mut h = seed ^ (doubled.len() as u64);
+    let mut h = KeyHasher::new(seed, doubled.len());
     for pair in doubled.chunks(2) {
-        let lo = pair[0] as u32 as u64;
-        let hi = pair.get(1).map_or(0, |&v| v as u32 as u64);
-        h = fmix64(h ^ (lo | (hi << 32))).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        h.push_pair(pair[0], pair.get(1).copied().unwrap_or(0));
     }
-    fmix64(h)
+    h.finish()
 }
 
 /// The 64-bit key of the fragment with these doubled coordinates (`8b` of them).
 #[inline]
 pub fn fragment_key(doubled: &[i32]) -> u64 {
-    let k = hash_coords(KEY_SEED, doubled);
-    if k == EMPTY_KEY {
-        EMPTY_KEY - 1
-    } else {
-        k
+    let mut h = KeyHasher::for_key(doubled.len());
+    for pair in doubled.chunks(2) {
+        h.push_pair(pair[0], pair.get(1).copied().unwrap_or(0));
     }
+    h.finish_key()
 }
 
 /// Key and check word of one fragment.

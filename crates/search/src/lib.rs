@@ -6,9 +6,11 @@
 //! the de-duplicated union is ranked by the int8 sketch; `W` waves expand the `S`
 //! best entries' neighbour rows; the `R` best by sketch are reranked exactly.
 //!
-//! This crate holds the CPU backend (all cores through `rayon`, AVX2 sketch
-//! distances with runtime detection, per-thread scratch reused across queries).
-//! The GPU backend will live beside it. Place in the pipeline: after
+//! Two backends search the same loaded [`Index`]: the CPU (all cores through
+//! `rayon`, AVX2 sketch distances with runtime detection, per-thread scratch
+//! reused across queries) and one CUDA GPU ([`Index::gpu`], module [`gpu`]:
+//! the index in device memory, one CUDA graph per batch shape running cuBLAS
+//! projections and the `wave_search` kernel of `octex-kernels`). Place in the pipeline: after
 //! `octex-build`; depends on `octex-index` (the layout) and `octex-lattice` (the
 //! decoders).
 //!
@@ -25,6 +27,7 @@
 //! ```
 
 mod engine;
+pub mod gpu;
 pub mod simd;
 mod visited;
 
@@ -35,6 +38,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 pub use engine::SearchStats;
+pub use gpu::{GpuError, GpuOptions, GpuPhaseTimes, GpuSearcher};
 pub use octex_index::Index as RawIndex;
 
 /// Search parameters (the paper's `r`, `S`, `W`, `R`).
@@ -91,6 +95,8 @@ pub enum SearchError {
     Params(String),
     #[error(transparent)]
     Index(#[from] IndexError),
+    #[error("GPU backend: {0}")]
+    Gpu(#[from] GpuError),
 }
 
 /// Results of a batch: `k` ids and distances per query, nearest first. Missing

@@ -1,0 +1,203 @@
+//! Structures shared bit for bit by the host launchers and the GPU kernels.
+//!
+//! This file is compiled twice: into the host crate (`octex-kernels`) and into
+//! the nvptx kernel crate (`gpu/`, through `#[path]`), so it uses `core` only.
+//! Device addresses are `u64`, so the layouts are identical on both sides.
+
+/// Threads per block of the wave-search and top-k kernels.
+pub const BLOCK_THREADS: u32 = 256;
+
+/// Empty slot of the shared-memory visited set (never a stored id: ids are
+/// below `2^31`, and `u32::MAX` is the padding id).
+pub const EMPTY_SLOT: u32 = u32::MAX;
+
+/// Most slots of a query's shared-memory visited set.
+pub const MAX_HASH_SLOTS: u32 = 32_768;
+
+/// Marks an expanded entry in the low word of a candidate (ids are `< 2^31`).
+pub const EXPANDED_BIT: u32 = 1 << 31;
+
+/// Most `k` of the brute-force top-k kernel (per-thread lists live in registers
+/// and local memory).
+pub const MAX_TOPK: u32 = 32;
+
+/// The per-part table of device pointers of one index: every kernel reaches
+/// the index through it, so moving a part (another GPU, host memory) changes
+/// no kernel, only this table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexView {
+    /// `TableEntry` (`4 x u64`) per (copy, spacing), `copies x spacings`.
+    pub tables: u64,
+    /// `u64` keys of all key tables.
+    pub table_keys: u64,
+    /// `u32` fragment ordinals of all key tables.
+    pub table_slots: u64,
+    /// `u32` ripples, `list_len` per fragment.
+    pub ripples: u64,
+    /// `u32` neighbour rows, `row_len` per vector.
+    pub rows: u64,
+    /// `i8` sketch, `sketch_width` per vector.
+    pub sketch: u64,
+    /// `f32` per sketch coordinate.
+    pub sketch_scales: u64,
+    /// Rerank vectors, `f16` (`vectors_f16 == 1`) or `f32`, `dim` per vector.
+    pub vectors: u64,
+    /// `f32` shifts, `copies x 8 * blocks`.
+    pub shifts: u64,
+    /// `f32` reciprocal spacings (`1 / spacing`, computed in `f32` as the CPU does).
+    pub inv_spacings: u64,
+    /// `u32` fallback entry points.
+    pub seeds: u64,
+    pub n: u32,
+    /// Stored dimension (the rerank vectors').
+    pub dim: u32,
+    pub copies: u32,
+    pub blocks: u32,
+    pub spacings: u32,
+    pub list_len: u32,
+    pub row_len: u32,
+    pub sketch_width: u32,
+    /// `m`, the principal coordinates per query.
+    pub basis_dim: u32,
+    /// `copies * 8 * blocks`.
+    pub width: u32,
+    pub vectors_f16: u32,
+    pub n_seeds: u32,
+}
+
+/// One batch of queries for `wave_search`: device buffers and parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BatchView {
+    /// `f32` projections into all copies, `nq x width`.
+    pub z: u64,
+    /// `f32` principal coordinates, bias subtracted, `nq x basis_dim`.
+    pub pcs: u64,
+    /// `f32` queries in the stored space, `nq x dim`.
+    pub queries: u64,
+    /// `u32` result ids, `nq x k`.
+    pub out_ids: u64,
+    /// `f32` result squared L2 distances (stored space), `nq x k`.
+    pub out_dists: u64,
+    /// `u64` work counters, [`STAT_SLOTS`] of them, summed over the batch.
+    pub stats: u64,
+    /// Queries in the batch (blocks beyond it return at once).
+    pub nq: u32,
+    pub k: u32,
+    /// `r`, already clamped to the ripple length.
+    pub read_depth: u32,
+    /// `S`.
+    pub start_points: u32,
+    /// `W`.
+    pub waves: u32,
+    /// `R`.
+    pub rerank: u32,
+    /// `M = max(R, S*W, S, k)`: candidates kept.
+    pub keep: u32,
+    /// Slots of the visited set (a power of two).
+    pub hash_slots: u32,
+    /// Entries of the candidate buffer (a power of two).
+    pub buf_len: u32,
+    /// Entries of the rerank sort (a power of two `>= R`).
+    pub rerank_len: u32,
+}
+
+/// Work counters written by `wave_search` (indices into `BatchView::stats`).
+pub const STAT_FIRST_ROUND_ENTRIES: usize = 0;
+pub const STAT_COPIES_WITHOUT_FRAGMENT: usize = 1;
+pub const STAT_SKETCH_DISTANCES: usize = 2;
+pub const STAT_EXACT_DISTANCES: usize = 3;
+pub const STAT_SEEDED_QUERIES: usize = 4;
+pub const STAT_ROW_ENTRIES: usize = 5;
+pub const STAT_SLOTS: usize = 8;
+
+/// Byte offsets of the parts of `wave_search`'s dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SearchSmem {
+    /// `u32` counters (16).
+    pub counters: u32,
+    /// `u64` candidates, `buf_len`.
+    pub buf: u32,
+    /// `u64` rerank entries, `rerank_len`.
+    pub exact: u32,
+    /// `u32` visited set, `hash_slots`.
+    pub hash: u32,
+    /// `f32` sketch query coordinates, `sketch_width`.
+    pub qs: u32,
+    /// `f32` sketch scales, `sketch_width`.
+    pub scales: u32,
+    /// `f32` stored-space query, `dim`.
+    pub query: u32,
+    /// `u32` ripple start per copy, `copies`.
+    pub hits: u32,
+    /// `u32` start points of a wave, `start_points`.
+    pub starts: u32,
+    /// Total bytes.
+    pub total: u32,
+}
+
+const fn align_up(x: u32, a: u32) -> u32 {
+    x.div_ceil(a) * a
+}
+
+impl SearchSmem {
+    pub const COUNTERS: u32 = 16;
+
+    pub const fn new(index: &IndexView, batch: &BatchView) -> Self {
+        let counters = 0;
+        let buf = align_up(counters + 4 * Self::COUNTERS, 16);
+        let exact = buf + 8 * batch.buf_len;
+        let hash = exact + 8 * batch.rerank_len;
+        let qs = align_up(hash + 4 * batch.hash_slots, 16);
+        let scales = qs + 4 * index.sketch_width;
+        let query = align_up(scales + 4 * index.sketch_width, 16);
+        let hits = align_up(query + 4 * index.dim, 16);
+        let starts = hits + 4 * index.copies;
+        let total = align_up(starts + 4 * batch.start_points, 16);
+        Self {
+            counters,
+            buf,
+            exact,
+            hash,
+            qs,
+            scales,
+            query,
+            hits,
+            starts,
+            total,
+        }
+    }
+}
+
+/// Counter slots in `wave_search`'s shared memory.
+pub const CTR_COUNT: usize = 0;
+pub const CTR_SELECTED: usize = 1;
+pub const CTR_FIRST_ROUND: usize = 2;
+pub const CTR_SKETCH: usize = 3;
+pub const CTR_NO_FRAGMENT: usize = 4;
+pub const CTR_ROW_ENTRIES: usize = 5;
+/// 8 slots (one per warp) for block scans.
+pub const CTR_WARP_SUMS: usize = 8;
+
+/// Order-preserving map of an `f32` to a `u32` (negative values too): sorting
+/// the `u32`s sorts the floats.
+#[inline(always)]
+pub const fn f32_order_key(v: f32) -> u32 {
+    let b = v.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// Inverse of [`f32_order_key`].
+#[inline(always)]
+pub const fn f32_from_order_key(k: u32) -> f32 {
+    if k & 0x8000_0000 != 0 {
+        f32::from_bits(k & 0x7FFF_FFFF)
+    } else {
+        f32::from_bits(!k)
+    }
+}

@@ -1,0 +1,502 @@
+//! The GPU backend: the same wave search on one CUDA device.
+//!
+//! [`GpuSearcher`] copies the index to device memory in its on-disk layout (one
+//! buffer per section, reached by the kernels through the per-part pointer
+//! table [`IndexView`]) and searches batches:
+//!
+//! 1. queries to the device (stored space: normalised or augmented on the host,
+//!    exactly as the CPU backend does);
+//! 2. one CUDA graph per batch shape, captured at first use and replayed: two
+//!    cuBLAS products project the batch (principal coordinates, then all
+//!    copies), then `wave_search` runs each query's first round, `W` waves and
+//!    exact rerank in one block, with no host synchronisation inside;
+//! 3. ids and distances back to the host.
+//!
+//! Batches larger than [`GpuOptions::max_batch`] are split. Without a driver,
+//! [`Index::gpu`] returns [`SearchError::Gpu`] with [`GpuError::NoDriver`].
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use cudarc::driver::{sys, CudaEvent, CudaGraph, CudaSlice};
+use octex_index::RerankView;
+pub use octex_kernels::GpuError;
+use octex_kernels::layout::{
+    BatchView, IndexView, SearchSmem, MAX_HASH_SLOTS, STAT_COPIES_WITHOUT_FRAGMENT,
+    STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES, STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES,
+    STAT_SLOTS,
+};
+use octex_kernels::{device_address, DeviceBatchView, DeviceIndexView, Gpu};
+
+use crate::{Index, SearchError, SearchParams, SearchResults, SearchStats};
+
+/// Where and how large the GPU backend runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// CUDA device ordinal.
+    pub device: usize,
+    /// Most queries per launch (device buffers are sized for it).
+    pub max_batch: usize,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            device: 0,
+            max_batch: 10_000,
+        }
+    }
+}
+
+/// Device time of the phases of one batch (CUDA events), in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct GpuPhaseTimes {
+    pub upload_ms: f64,
+    pub project_ms: f64,
+    pub search_ms: f64,
+    pub download_ms: f64,
+}
+
+/// The index sections in device memory.
+struct DeviceIndex {
+    _parts: Vec<DevicePart>,
+    basis: CudaSlice<f32>,
+    basis_bias: CudaSlice<f32>,
+    rotation: CudaSlice<f32>,
+    view: DeviceIndexView,
+    bytes: u64,
+}
+
+/// One uploaded section, kept alive for the pointer table.
+type DevicePart = Box<dyn std::any::Any + Send + Sync>;
+
+/// Per-batch device buffers, sized for `max_batch` queries and `k_cap` results.
+struct BatchBuffers {
+    queries: CudaSlice<f32>,
+    pcs: CudaSlice<f32>,
+    z: CudaSlice<f32>,
+    ids: CudaSlice<u32>,
+    dists: CudaSlice<f32>,
+    stats: CudaSlice<u64>,
+    k_cap: usize,
+    view: DeviceBatchView,
+}
+
+/// Searches an [`Index`] on one GPU. Create with [`Index::gpu`].
+pub struct GpuSearcher<'a> {
+    index: &'a Index,
+    gpu: Gpu,
+    dev: DeviceIndex,
+    buffers: BatchBuffers,
+    graphs: HashMap<BatchView, CudaGraph>,
+    max_batch: usize,
+    stored: Vec<f32>,
+    norms: Vec<f32>,
+}
+
+impl From<cudarc::driver::DriverError> for SearchError {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        SearchError::Gpu(GpuError::Driver(e))
+    }
+}
+
+/// Most graphs kept (one per batch shape and parameter set).
+const MAX_GRAPHS: usize = 16;
+
+fn upload_part<T: cudarc::driver::DeviceRepr>(
+    gpu: &Gpu,
+    host: &[T],
+    bytes: &mut u64,
+) -> Result<(CudaSlice<T>, u64), GpuError> {
+    let d = if host.is_empty() {
+        // An empty section still needs a valid address for the pointer table
+        // (kernels never read it): one uninitialised element.
+        // SAFETY: never read.
+        unsafe { gpu.stream().alloc::<T>(1) }?
+    } else {
+        gpu.upload(host)?
+    };
+    *bytes += std::mem::size_of_val(host) as u64;
+    let addr = device_address(&d, gpu.stream());
+    Ok((d, addr))
+}
+
+impl DeviceIndex {
+    fn upload(gpu: &Gpu, index: &Index) -> Result<Self, SearchError> {
+        let raw = &index.raw;
+        let h = raw.header();
+        if raw.len() >= (1usize << 31) {
+            return Err(SearchError::Params(format!(
+                "the GPU backend takes indexes of fewer than 2^31 vectors, this one has {}",
+                raw.len()
+            )));
+        }
+        let mut bytes = 0u64;
+        let mut parts: Vec<DevicePart> = Vec::new();
+        let tables: &[u64] = bytemuck::cast_slice(raw.tables());
+        let (d, tables_at) = upload_part(gpu, tables, &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (d, keys_at) = upload_part(gpu, raw.table_keys(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (d, slots_at) = upload_part(gpu, raw.table_slots(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (d, ripples_at) = upload_part(gpu, raw.ripples(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (d, rows_at) = upload_part(gpu, raw.rows(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (d, sketch_at) = upload_part(gpu, raw.sketch(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (d, scales_at) = upload_part(gpu, raw.sketch_scales(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let (vectors_at, f16) = match raw.vectors() {
+            RerankView::F16(v) => {
+                let (d, at) = upload_part(gpu, bytemuck::cast_slice::<_, u16>(v), &mut bytes)?;
+                parts.push(Box::new(d) as DevicePart);
+                (at, 1)
+            }
+            RerankView::F32(v) => {
+                let (d, at) = upload_part(gpu, v, &mut bytes)?;
+                parts.push(Box::new(d) as DevicePart);
+                (at, 0)
+            }
+        };
+        let (d, shifts_at) = upload_part(gpu, raw.shifts(), &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let inv: Vec<f32> = raw.spacings().iter().map(|s| 1.0f32 / s).collect();
+        let (d, inv_at) = upload_part(gpu, &inv, &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let seeds = &index.engine.seeds;
+        let (d, seeds_at) = upload_part(gpu, seeds, &mut bytes)?;
+        parts.push(Box::new(d) as DevicePart);
+        let map = &index.engine.map;
+        let view = IndexView {
+            tables: tables_at,
+            table_keys: keys_at,
+            table_slots: slots_at,
+            ripples: ripples_at,
+            rows: rows_at,
+            sketch: sketch_at,
+            sketch_scales: scales_at,
+            vectors: vectors_at,
+            shifts: shifts_at,
+            inv_spacings: inv_at,
+            seeds: seeds_at,
+            n: raw.len() as u32,
+            dim: raw.dim() as u32,
+            copies: map.copies as u32,
+            blocks: map.blocks as u32,
+            spacings: map.spacings.len() as u32,
+            list_len: h.list_len,
+            row_len: h.row_len,
+            sketch_width: h.sketch_width,
+            basis_dim: map.basis_dim as u32,
+            width: map.width() as u32,
+            vectors_f16: f16,
+            n_seeds: seeds.len() as u32,
+        };
+        let basis = gpu.upload(&map.basis)?;
+        let basis_bias = gpu.upload(&map.basis_bias)?;
+        let rotation = gpu.upload(&map.rotation)?;
+        bytes += 4 * (map.basis.len() + map.basis_bias.len() + map.rotation.len()) as u64;
+        Ok(Self {
+            _parts: parts,
+            basis,
+            basis_bias,
+            rotation,
+            view: DeviceIndexView::new(gpu, view)?,
+            bytes,
+        })
+    }
+}
+
+impl BatchBuffers {
+    fn new(gpu: &Gpu, index: &IndexView, max_batch: usize, k_cap: usize) -> Result<Self, GpuError> {
+        let n = max_batch;
+        Ok(Self {
+            queries: gpu.zeros(n * index.dim as usize)?,
+            pcs: gpu.zeros(n * index.basis_dim as usize)?,
+            z: gpu.zeros(n * index.width as usize)?,
+            ids: gpu.zeros(n * k_cap)?,
+            dists: gpu.zeros(n * k_cap)?,
+            stats: gpu.zeros(STAT_SLOTS)?,
+            k_cap,
+            view: DeviceBatchView::new(gpu, BatchView::default())?,
+        })
+    }
+}
+
+impl Index {
+    /// Copy this index to GPU `opts.device` and return a searcher for it.
+    /// Without a CUDA driver this is `SearchError::Gpu(GpuError::NoDriver)`.
+    pub fn gpu(&self, opts: &GpuOptions) -> Result<GpuSearcher<'_>, SearchError> {
+        let gpu = Gpu::open(opts.device)?;
+        let t = Instant::now();
+        let dev = DeviceIndex::upload(&gpu, self)?;
+        let max_batch = opts.max_batch.max(1);
+        let buffers = BatchBuffers::new(&gpu, &dev.view.view, max_batch, 16)?;
+        gpu.synchronize()?;
+        tracing::info!(
+            device = %gpu.describe(),
+            bytes = dev.bytes,
+            seconds = t.elapsed().as_secs_f64(),
+            "index copied to the GPU"
+        );
+        Ok(GpuSearcher {
+            index: self,
+            gpu,
+            dev,
+            buffers,
+            graphs: HashMap::new(),
+            max_batch,
+            stored: Vec::new(),
+            norms: Vec::new(),
+        })
+    }
+}
+
+/// Sizes of one search on the device.
+fn batch_view(ix: &IndexView, b: &BatchBuffers, nq: usize, k: usize, p: &SearchParams, s: &Gpu) -> BatchView {
+    let r = p.read_depth.min(ix.list_len as usize) as u32;
+    let (sp, w, lt) = (p.start_points as u32, p.waves as u32, ix.row_len);
+    let keep = (p.rerank as u32).max(sp * w).max(sp).max(k as u32);
+    let first = ix.copies * r + ix.n_seeds;
+    let buf_len = first.max(keep + sp * lt).next_power_of_two();
+    let entries = first + w * sp * lt;
+    let hash_slots = (2 * entries).next_power_of_two().clamp(64, MAX_HASH_SLOTS);
+    let st = s.stream();
+    BatchView {
+        z: device_address(&b.z, st),
+        pcs: device_address(&b.pcs, st),
+        queries: device_address(&b.queries, st),
+        out_ids: device_address(&b.ids, st),
+        out_dists: device_address(&b.dists, st),
+        stats: device_address(&b.stats, st),
+        nq: nq as u32,
+        k: k as u32,
+        read_depth: r,
+        start_points: sp,
+        waves: w,
+        rerank: p.rerank as u32,
+        keep,
+        hash_slots,
+        buf_len,
+        rerank_len: (p.rerank as u32).max(2).next_power_of_two(),
+    }
+}
+
+impl GpuSearcher<'_> {
+    /// The device, in words.
+    pub fn device(&self) -> String {
+        self.gpu.describe()
+    }
+
+    /// Bytes of index data in device memory.
+    pub fn index_bytes(&self) -> u64 {
+        self.dev.bytes
+    }
+
+    /// Shared memory one query's block needs with these parameters.
+    pub fn shared_memory_per_query(&self, k: usize, p: &SearchParams) -> usize {
+        let v = batch_view(&self.dev.view.view, &self.buffers, 1, k, p, &self.gpu);
+        SearchSmem::new(&self.dev.view.view, &v).total as usize
+    }
+
+    /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query:
+    /// the same contract and results layout as [`Index::search`].
+    pub fn search(&mut self, queries: &[f32], k: usize, p: &SearchParams) -> Result<SearchResults, SearchError> {
+        self.search_inner(queries, k, p, None)
+    }
+
+    /// As [`GpuSearcher::search`], without graphs, timing each phase with CUDA
+    /// events (summed over the batches).
+    pub fn search_profiled(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<(SearchResults, GpuPhaseTimes), SearchError> {
+        let mut times = GpuPhaseTimes::default();
+        let r = self.search_inner(queries, k, p, Some(&mut times))?;
+        Ok((r, times))
+    }
+
+    /// Replay the search of the queries already on the device (from the last
+    /// call) `reps` times and return the device seconds per replay: throughput
+    /// with the queries resident, as GPU ANN benchmarks report it.
+    pub fn replay_seconds(&mut self, reps: usize) -> Result<f64, SearchError> {
+        let view = self.buffers.view.view;
+        let graph = self
+            .graphs
+            .get(&view)
+            .ok_or_else(|| SearchError::Params("no batch searched yet".into()))?;
+        let st = self.gpu.stream();
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (a, b) = (self.gpu.context().new_event(flags)?, self.gpu.context().new_event(flags)?);
+        graph.launch()?;
+        a.record(st)?;
+        for _ in 0..reps {
+            graph.launch()?;
+        }
+        b.record(st)?;
+        let ms = a.elapsed_ms(&b)? as f64;
+        Ok(ms / 1e3 / reps.max(1) as f64)
+    }
+
+    fn search_inner(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        mut times: Option<&mut GpuPhaseTimes>,
+    ) -> Result<SearchResults, SearchError> {
+        let index = self.index;
+        let qdim = index.dim();
+        let nq = index.check(queries, k, p, qdim)?;
+        let mut ids = vec![0u32; nq * k];
+        let mut dists = vec![0f32; nq * k];
+        let mut stats = SearchStats::default();
+        let sdim = index.raw.dim();
+        for start in (0..nq).step_by(self.max_batch) {
+            let n = self.max_batch.min(nq - start);
+            let mut stored = std::mem::take(&mut self.stored);
+            let mut norms = std::mem::take(&mut self.norms);
+            index.prepare(&queries[start * qdim..(start + n) * qdim], &mut stored, &mut norms, false)?;
+            let (bi, bd) = (&mut ids[start * k..(start + n) * k], &mut dists[start * k..(start + n) * k]);
+            let st = self.run_batch(&stored[..n * sdim], n, k, p, bi, bd, times.as_deref_mut())?;
+            for (i, d) in bd.chunks_exact_mut(k).enumerate() {
+                for v in d {
+                    *v = index.report_distance(*v, norms[i]);
+                }
+            }
+            stats.add(&st);
+            self.stored = stored;
+            self.norms = norms;
+        }
+        Ok(SearchResults {
+            k,
+            ids,
+            distances: dists,
+            stats,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_batch(
+        &mut self,
+        stored: &[f32],
+        nq: usize,
+        k: usize,
+        p: &SearchParams,
+        out_ids: &mut [u32],
+        out_dists: &mut [f32],
+        times: Option<&mut GpuPhaseTimes>,
+    ) -> Result<SearchStats, SearchError> {
+        if k > self.buffers.k_cap {
+            self.graphs.clear();
+            self.buffers = BatchBuffers::new(&self.gpu, &self.dev.view.view, self.max_batch, k.next_power_of_two())?;
+        }
+        let view = batch_view(&self.dev.view.view, &self.buffers, nq, k, p, &self.gpu);
+        let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
+        if smem > self.gpu.max_shared_memory() {
+            return Err(SearchError::Params(format!(
+                "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
+                p.start_points,
+                p.waves,
+                p.read_depth,
+                self.gpu.max_shared_memory()
+            )));
+        }
+        let st = self.gpu.stream().clone();
+        let ev = |g: &Gpu| g.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let events: Option<[CudaEvent; 5]> = match times {
+            Some(_) => Some([ev(&self.gpu)?, ev(&self.gpu)?, ev(&self.gpu)?, ev(&self.gpu)?, ev(&self.gpu)?]),
+            None => None,
+        };
+        let record = |i: usize| -> Result<(), GpuError> {
+            if let Some(e) = &events {
+                e[i].record(&st)?;
+            }
+            Ok(())
+        };
+        record(0)?;
+        st.memcpy_htod(stored, &mut self.buffers.queries.slice_mut(..stored.len()))?;
+        self.buffers.view.update(&self.gpu, view)?;
+        st.memset_zeros(&mut self.buffers.stats)?;
+        record(1)?;
+        if events.is_some() {
+            // Profiled: the same launches, outside a graph, with events between.
+            project(&self.gpu, &self.dev, &mut self.buffers, nq)?;
+            record(2)?;
+            self.gpu.wave_search(&self.dev.view, &self.buffers.view)?;
+            record(3)?;
+        } else {
+            if !self.graphs.contains_key(&view) {
+                if self.graphs.len() >= MAX_GRAPHS {
+                    self.graphs.clear();
+                }
+                let graph = capture(&self.gpu, &self.dev, &mut self.buffers, nq)?;
+                self.graphs.insert(view, graph);
+            }
+            self.graphs[&view].launch()?;
+        }
+        st.memcpy_dtoh(&self.buffers.ids.slice(..nq * k), out_ids)?;
+        st.memcpy_dtoh(&self.buffers.dists.slice(..nq * k), out_dists)?;
+        let mut counters = [0u64; STAT_SLOTS];
+        st.memcpy_dtoh(&self.buffers.stats, &mut counters[..])?;
+        record(4)?;
+        st.synchronize()?;
+        if let (Some(e), Some(t)) = (&events, times) {
+            let ms = |a: usize, b: usize| e[a].elapsed_ms(&e[b]).map(|v| v as f64);
+            t.upload_ms += ms(0, 1)?;
+            t.project_ms += ms(1, 2)?;
+            t.search_ms += ms(2, 3)?;
+            t.download_ms += ms(3, 4)?;
+        }
+        Ok(SearchStats {
+            queries: nq as u64,
+            first_round_entries: counters[STAT_FIRST_ROUND_ENTRIES],
+            copies_without_fragment: counters[STAT_COPIES_WITHOUT_FRAGMENT],
+            sketch_distances: counters[STAT_SKETCH_DISTANCES],
+            exact_distances: counters[STAT_EXACT_DISTANCES],
+            spacing_hits: [0; 8],
+            seeded_queries: counters[STAT_SEEDED_QUERIES],
+        })
+    }
+}
+
+/// The two products and the bias subtraction that project a batch: principal
+/// coordinates `pcs = q P - mu P`, then all copies `z = pcs[.., ..m_c] R`.
+fn project(g: &Gpu, dev: &DeviceIndex, b: &mut BatchBuffers, nq: usize) -> Result<(), GpuError> {
+    let ix = &dev.view.view;
+    let (dim, m, width) = (ix.dim as usize, ix.basis_dim as usize, ix.width as usize);
+    let mc = dev.rotation.len() / width.max(1);
+    g.matmul(
+        &b.queries.slice(..nq * dim),
+        dim,
+        &dev.basis.slice(..),
+        m,
+        &mut b.pcs.slice_mut(..nq * m),
+        m,
+        (nq, dim, m),
+    )?;
+    g.sub_bias(&mut b.pcs.slice_mut(..nq * m), nq, &dev.basis_bias)?;
+    g.matmul(
+        &b.pcs.slice(..nq * m),
+        m,
+        &dev.rotation.slice(..),
+        width,
+        &mut b.z.slice_mut(..nq * width),
+        width,
+        (nq, mc, width),
+    )
+}
+
+/// Capture projection and search of one batch shape as a CUDA graph.
+fn capture(g: &Gpu, dev: &DeviceIndex, b: &mut BatchBuffers, nq: usize) -> Result<CudaGraph, GpuError> {
+    let st = g.stream().clone();
+    st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let launched = project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view));
+    let graph = st.end_capture(sys::CUgraphInstantiate_flags(0));
+    launched?;
+    graph?.ok_or_else(|| GpuError::Unsupported("stream capture produced no graph".into()))
+}

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Runs on the lent GPU machine, which has CUDA but no Rust: unpacks what the
+# call carried in .carry/ (release binaries built here, data in xz pieces)
+# into /tmp/octex, which lasts while the machine stays warm, then runs the
+# steps named on the command line. Logs and results go to $OUT.
+#
+#   scripts/device-run.sh tests bench:fashion-mnist bench:glove-50 build:glove-50
+set -u
+C=.carry
+D=/tmp/octex
+OUT=${OUT:-/tmp/octex/out}
+mkdir -p "$D/bin" "$D/data/parts" "$D/out" "$OUT"
+if [ -f "$C/bin.tar.xz" ]; then tar -xJf "$C/bin.tar.xz" -C "$D/bin"; fi
+for f in "$C"/*.part*; do [ -e "$f" ] && cp "$f" "$D/data/parts/"; done
+
+# fashion-mnist: base and queries as xz, top-10 ground truth, manifest.
+if [ -f "$C/fm-base.xz" ]; then
+  mkdir -p "$D/data/fashion-mnist"
+  xz -dc "$C/fm-base.xz" > "$D/data/fashion-mnist/base.fvecs"
+  xz -dc "$C/fm-query.xz" > "$D/data/fashion-mnist/query.fvecs"
+  cp "$C/fashion-mnist-gt10.ivecs" "$D/data/fashion-mnist/gt.ivecs"
+  cp "$C/fashion-mnist.json" "$D/data/fashion-mnist/manifest.json"
+fi
+# glove-50: the base comes in pieces over several calls.
+if [ -f "$C/glove-50.json" ]; then
+  mkdir -p "$D/data/glove-50"
+  cp "$C/glove-50.json" "$D/data/glove-50/manifest.json"
+  cp "$C/glove-50-gt10.ivecs" "$D/data/glove-50/gt.ivecs"
+  cp "$C/glove-query.fvecs" "$D/data/glove-50/query.fvecs"
+fi
+if [ ! -f "$D/data/glove-50/base.fvecs" ] && [ -f "$D/data/parts/glove-base.xz.part00" ] && [ -f "$D/data/parts/glove-base.xz.part01" ] && [ -f "$D/data/parts/glove-base.xz.part02" ]; then
+  cat "$D"/data/parts/glove-base.xz.part0* | xz -dc > "$D/data/glove-50/base.fvecs"
+fi
+ls -la "$D/data"/* "$D/bin" | tee "$OUT/files.log"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.log"
+export OCTEX_DATA="$D/data" RUST_LOG=${RUST_LOG:-info}
+for step in "$@"; do
+  echo "=== $step"
+  case "$step" in
+    tests)
+      "$D/bin/gpu-tests" --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" ;;
+    bench:*)
+      name=${step#bench:}
+      idx=()
+      [ -f "$D/out/$name/$name.octex" ] && idx=(--index "$D/out/$name/$name.octex")
+      "$D/bin/xtask" bench --data "$name" --backend gpu --out "$D/out/$name" --repeats 3 "${idx[@]}" 2>&1 | tee "$OUT/bench-$name.log"
+      cp "$D/out/$name/results-gpu.json" "$OUT/$name-results-gpu.json" 2>/dev/null
+      cp "$D/out/$name/pareto-gpu.png" "$OUT/$name-pareto-gpu.png" 2>/dev/null ;;
+    build:*)
+      name=${step#build:}
+      "$D/bin/xtask" build-index --data "$name" --backend gpu --out "$D/out/$name-gpu.octex" 2>&1 | tee "$OUT/build-$name.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done

@@ -1,0 +1,217 @@
+//! GPU tests: run where a CUDA driver and device exist, and skip (saying so)
+//! everywhere else. CI has no GPU; these run on the lent H200 through the
+//! test binary built here and carried (`scripts/gpu-check.sh`).
+
+use octex_index::Metric;
+use octex_kernels::layout::{BatchView, IndexView};
+use octex_kernels::{driver_available, DeviceIndexView, Gpu, GpuBruteForce};
+use octex_search::{GpuOptions, Index, SearchParams};
+use octex_tests::{brute_force, clustered, recall, test_params};
+
+/// `None` (with a note) when there is no GPU.
+fn gpu_or_skip(test: &str) -> Option<Gpu> {
+    if !driver_available() {
+        eprintln!("SKIPPED {test}: no CUDA driver or device on this machine");
+        return None;
+    }
+    Some(Gpu::open(0).expect("a driver is present, so opening device 0 must work"))
+}
+
+fn build(base: &[f32], dim: usize, metric: Metric) -> Index {
+    let built = octex_build::build(base, dim, metric, &test_params()).unwrap();
+    Index::new(built.index)
+}
+
+/// The GPU decodes fragments exactly as the CPU does (same `z` in, same keys out).
+#[test]
+fn fragment_keys_match_the_cpu_decoder() {
+    let Some(gpu) = gpu_or_skip("fragment_keys_match_the_cpu_decoder") else {
+        return;
+    };
+    let dim = 32;
+    let base = clustered(3000, dim, 20, 1);
+    let index = build(&base, dim, Metric::L2);
+    let map = index.raw().copy_map();
+    let n = 500;
+    let mut pcs = Vec::new();
+    let mut z = vec![0f32; n * map.width()];
+    map.project_batch(&base[..n * dim], &mut pcs, &mut z, false);
+    let shifts = gpu.upload(&map.shifts).unwrap();
+    let inv: Vec<f32> = map.spacings.iter().map(|s| 1.0f32 / s).collect();
+    let inv_d = gpu.upload(&inv).unwrap();
+    let view = IndexView {
+        shifts: octex_kernels::device_address(&shifts, gpu.stream()),
+        inv_spacings: octex_kernels::device_address(&inv_d, gpu.stream()),
+        copies: map.copies as u32,
+        blocks: map.blocks as u32,
+        spacings: map.spacings.len() as u32,
+        width: map.width() as u32,
+        ..Default::default()
+    };
+    let dview = DeviceIndexView::new(&gpu, view).unwrap();
+    let zd = gpu.upload(&z).unwrap();
+    let items = n * map.copies * map.spacings.len();
+    let mut keys = gpu.zeros::<u64>(items).unwrap();
+    let mut dists = gpu.zeros::<f32>(items).unwrap();
+    gpu.fragment_keys(&dview, &zd.slice(..), n, &mut keys.slice_mut(..), &mut dists.slice_mut(..))
+        .unwrap();
+    let (mut hk, mut hd) = (vec![0u64; items], vec![0f32; items]);
+    gpu.download(&keys, &mut hk).unwrap();
+    gpu.download(&dists, &mut hd).unwrap();
+    let cd = map.copy_dim();
+    let mut same = 0;
+    for v in 0..n {
+        for c in 0..map.copies {
+            for s in 0..map.spacings.len() {
+                let zc = &z[v * map.width() + c * cd..v * map.width() + (c + 1) * cd];
+                let (fk, d) = map.fragment(zc, c, s);
+                let g = (v * map.copies + c) * map.spacings.len() + s;
+                if fk.key == hk[g] && (d - hd[g]).abs() <= 1e-5 * d.max(1.0) {
+                    same += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(same, items, "GPU and CPU fragment keys differ in {} of {items}", items - same);
+}
+
+/// GPU brute force finds the exact neighbours (and skips self in a self-join).
+#[test]
+fn brute_force_matches_the_cpu() {
+    let Some(gpu) = gpu_or_skip("brute_force_matches_the_cpu") else {
+        return;
+    };
+    let dim = 24;
+    // Not a multiple of the tile or the block: 70,001 base vectors, 333 queries.
+    let base = clustered(70_001, dim, 50, 2);
+    let queries = clustered(333, dim, 50, 3);
+    let bf = GpuBruteForce::new(&gpu, &base, dim).unwrap();
+    let (ids, d) = bf.search(&queries, 10, None).unwrap();
+    let truth = brute_force(&base, &queries, dim, 10);
+    let r = recall(&ids, &truth, 10);
+    assert!(r > 0.999, "GPU brute force recall {r}");
+    assert!(d.chunks_exact(10).all(|row| row.windows(2).all(|w| w[0] <= w[1])));
+    let (self_ids, _) = bf.search(&base[..100 * dim], 5, Some(0)).unwrap();
+    for (q, row) in self_ids.chunks_exact(5).enumerate() {
+        assert!(!row.contains(&(q as u32)), "query {q} found itself: {row:?}");
+    }
+    assert!(bf.search(&queries, 33, None).is_err(), "k above the kernel's limit");
+}
+
+/// The same index searched on CPU and GPU: recall within 0.005, > 95% of the
+/// top-10 ids identical. Also: batch of 1, a batch split by `max_batch`, k = R,
+/// graph replays repeatable, no duplicate ids.
+#[test]
+fn cpu_and_gpu_agree() {
+    let Some(_gpu) = gpu_or_skip("cpu_and_gpu_agree") else {
+        return;
+    };
+    let dim = 48;
+    let base = clustered(30_000, dim, 64, 4);
+    let queries = clustered(1_000, dim, 64, 5);
+    let index = build(&base, dim, Metric::L2);
+    let truth = brute_force(&base, &queries, dim, 10);
+    let mut g = index
+        .gpu(&GpuOptions {
+            device: 0,
+            max_batch: 384,
+        })
+        .unwrap();
+    for p in [
+        SearchParams::default(),
+        SearchParams {
+            read_depth: 8,
+            start_points: 16,
+            waves: 1,
+            rerank: 16,
+        },
+        SearchParams {
+            read_depth: 16,
+            start_points: 128,
+            waves: 4,
+            rerank: 64,
+        },
+    ] {
+        let cpu = index.search(&queries, 10, &p).unwrap();
+        let gpu = g.search(&queries, 10, &p).unwrap();
+        let (rc, rg) = (recall(&cpu.ids, &truth, 10), recall(&gpu.ids, &truth, 10));
+        let same = cpu.ids.iter().zip(&gpu.ids).filter(|(a, b)| a == b).count() as f64
+            / cpu.ids.len() as f64;
+        let same_sets = recall(&gpu.ids, &cpu.ids, 10);
+        eprintln!("{p:?}: recall CPU {rc:.4} GPU {rg:.4}, same ids in place {same:.4}, as sets {same_sets:.4}");
+        assert!((rc - rg).abs() <= 0.005, "{p:?}: recall CPU {rc} vs GPU {rg}");
+        assert!(same_sets > 0.95, "{p:?}: only {same_sets} of the top-10 ids agree");
+        for row in gpu.ids.chunks_exact(10) {
+            let mut r = row.to_vec();
+            r.sort_unstable();
+            r.dedup();
+            assert_eq!(r.len(), 10, "duplicate ids in {row:?}");
+        }
+        assert!(gpu.stats.sketch_distances > 0 && gpu.stats.queries == 1000);
+        // Replaying the captured graphs gives the same answers.
+        assert_eq!(g.search(&queries, 10, &p).unwrap().ids, gpu.ids);
+    }
+    // Batch of one, and k = R.
+    let p = SearchParams {
+        rerank: 10,
+        ..Default::default()
+    };
+    let one = g.search(&queries[..dim], 10, &p).unwrap();
+    let cpu_one = index.search(&queries[..dim], 10, &p).unwrap();
+    assert!(recall(&one.ids, &cpu_one.ids, 10) >= 0.9);
+    // The profiled path gives the graph's answers.
+    let (prof, times) = g.search_profiled(&queries, 10, &p).unwrap();
+    assert_eq!(prof.ids, g.search(&queries, 10, &p).unwrap().ids);
+    assert!(times.search_ms > 0.0);
+}
+
+/// Queries far from all data find no stored fragment: the GPU takes the entry
+/// points as the CPU does and still returns k distinct results.
+#[test]
+fn far_queries_and_inner_product_on_gpu() {
+    let Some(_gpu) = gpu_or_skip("far_queries_and_inner_product_on_gpu") else {
+        return;
+    };
+    let dim = 32;
+    let base = clustered(8_000, dim, 16, 6);
+    let index = build(&base, dim, Metric::L2);
+    let far: Vec<f32> = (0..4 * dim).map(|i| 1e4 + i as f32).collect();
+    let mut g = index.gpu(&GpuOptions::default()).unwrap();
+    let res = g.search(&far, 10, &SearchParams::default()).unwrap();
+    assert_eq!(res.stats.seeded_queries, 4);
+    assert!(res.ids.iter().all(|&i| i != u32::MAX));
+    let cpu = index.search(&far, 10, &SearchParams::default()).unwrap();
+    assert!(recall(&res.ids, &cpu.ids, 10) >= 0.9);
+
+    let ip = build(&base, dim, Metric::InnerProduct);
+    let queries = clustered(200, dim, 16, 7);
+    let cpu = ip.search(&queries, 10, &SearchParams::default()).unwrap();
+    let mut g = ip.gpu(&GpuOptions::default()).unwrap();
+    let gpu = g.search(&queries, 10, &SearchParams::default()).unwrap();
+    assert!(recall(&gpu.ids, &cpu.ids, 10) > 0.95);
+    for (a, b) in cpu.distances.iter().zip(&gpu.distances) {
+        if a.is_finite() && b.is_finite() {
+            assert!((a - b).abs() <= 1e-2 * a.abs().max(1.0), "distance {a} vs {b}");
+        }
+    }
+    // Bad input is refused before the GPU runs.
+    let mut nan = queries[..dim].to_vec();
+    nan[3] = f32::NAN;
+    assert!(g.search(&nan, 10, &SearchParams::default()).is_err());
+    assert!(g.search(&queries[..dim - 1], 10, &SearchParams::default()).is_err());
+    let _ = BatchView::default();
+}
+
+/// Without a driver, asking for the GPU is an error value.
+#[test]
+fn gpu_request_without_driver_is_an_error() {
+    if driver_available() {
+        eprintln!("SKIPPED gpu_request_without_driver_is_an_error: a GPU is present");
+        return;
+    }
+    let dim = 16;
+    let base = clustered(2_000, dim, 8, 8);
+    let index = build(&base, dim, Metric::L2);
+    let err = index.gpu(&GpuOptions::default()).err().expect("no GPU here");
+    assert!(err.to_string().contains("no CUDA driver"), "{err}");
+}

@@ -47,8 +47,15 @@ for step in "$@"; do
       cp "$D/out/$name/results-gpu.json" "$OUT/$name-results-gpu.json" 2>/dev/null
       cp "$D/out/$name/pareto-gpu.png" "$OUT/$name-pareto-gpu.png" 2>/dev/null ;;
     build:*)
-      name=${step#build:}
-      "$D/bin/xtask" build-index --data "$name" --backend gpu --out "$D/out/$name-gpu.octex" 2>&1 | tee "$OUT/build-$name.log" ;;
+      # build:NAME:BACKEND[:ROWS]
+      IFS=: read -r _ name backend rows <<< "$step"
+      "$D/bin/xtask" build-index --base "$name" --backend "$backend" --rows "${rows:-auto}" --out "$D/out/$name-$backend.octex" 2>&1 | tee "$OUT/build-$name-$backend.log" ;;
+    search:*)
+      # search:NAME:BACKEND-OF-THE-BUILD:SEARCH-BACKEND (default parameters)
+      IFS=: read -r _ name built backend <<< "$step"
+      "$D/bin/xtask" search --index "$D/out/$name-$built.octex" --queries "$D/data/$name/query.fvecs" --gt "$D/data/$name/gt.ivecs" --backend "$backend" 2>&1 | tee -a "$OUT/search.log" ;;
+    synth)
+      [ -f "$D/data/synth-1m/gt.ivecs" ] || "$D/bin/xtask" synth --name synth-1m 2>&1 | tee "$OUT/synth.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done

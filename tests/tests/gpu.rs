@@ -215,3 +215,37 @@ fn gpu_request_without_driver_is_an_error() {
     let err = index.gpu(&GpuOptions::default()).err().expect("no GPU here");
     assert!(err.to_string().contains("no CUDA driver"), "{err}");
 }
+
+/// The GPU builder (principal coordinates and exact rows on the GPU) against
+/// the CPU builder with exact rows: same data and seed, recall within 0.005.
+#[test]
+fn gpu_build_matches_cpu_build() {
+    let Some(_gpu) = gpu_or_skip("gpu_build_matches_cpu_build") else {
+        return;
+    };
+    let dim = 40;
+    let base = clustered(25_000, dim, 50, 9);
+    let queries = clustered(500, dim, 50, 10);
+    let truth = brute_force(&base, &queries, dim, 10);
+    let params = |backend| octex_build::BuildParams {
+        backend,
+        row_method: octex_build::RowMethod::Exact,
+        ..test_params()
+    };
+    let cpu = octex_build::build(&base, dim, Metric::L2, &params(octex_build::BuildBackend::Cpu)).unwrap();
+    let gpu = octex_build::build(&base, dim, Metric::L2, &params(octex_build::BuildBackend::Gpu)).unwrap();
+    assert_eq!(cpu.report.backend, "cpu");
+    assert_eq!(gpu.report.backend, "gpu");
+    // Exact rows agree up to ties and rounding.
+    let (rc, rg) = (cpu.index.rows(), gpu.index.rows());
+    let same = rc.iter().zip(rg).filter(|(a, b)| a == b).count() as f64 / rc.len() as f64;
+    eprintln!("rows identical in place: {same:.4}");
+    assert!(same > 0.95, "only {same} of the row entries agree");
+    let (ci, gi) = (Index::new(cpu.index), Index::new(gpu.index));
+    for p in [SearchParams::default(), SearchParams { start_points: 16, waves: 1, ..Default::default() }] {
+        let r_cpu = recall(&ci.search(&queries, 10, &p).unwrap().ids, &truth, 10);
+        let r_gpu = recall(&gi.search(&queries, 10, &p).unwrap().ids, &truth, 10);
+        eprintln!("{p:?}: CPU-built {r_cpu:.4}, GPU-built {r_gpu:.4}");
+        assert!((r_cpu - r_gpu).abs() <= 0.005, "{p:?}: {r_cpu} vs {r_gpu}");
+    }
+}

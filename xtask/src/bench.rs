@@ -213,7 +213,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
         Some(p) => (Index::load(p)?, json!({"loaded": p})),
         None => {
             let (base, bdim) = data::read_vectors(&ds.base())?;
-            let params = args.build.params()?;
+            let params = args.build.params(args.backend)?;
             let t = Instant::now();
             let built = octex_build::build(&base, bdim, metric, &params)?;
             let secs = t.elapsed().as_secs_f64();

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use octex_build::{BuildParams, RowMethod, SizeEstimate};
+use octex_build::{BuildBackend, BuildParams, RowMethod, SizeEstimate};
 use octex_index::{Metric, VectorDtype};
 
 use crate::data;
@@ -58,8 +58,14 @@ pub struct BuildFlags {
 }
 
 impl BuildFlags {
-    pub fn params(&self) -> Result<BuildParams> {
+    pub fn params(&self, backend: crate::search_cmd::Backend) -> Result<BuildParams> {
+        crate::search_cmd::pick_backend(backend)?;
         let mut p = BuildParams {
+            backend: match backend {
+                crate::search_cmd::Backend::Auto => BuildBackend::Auto,
+                crate::search_cmd::Backend::Cpu => BuildBackend::Cpu,
+                crate::search_cmd::Backend::Gpu => BuildBackend::Gpu,
+            },
             copies: self.copies,
             blocks: self.blocks,
             list_len: self.list_len,
@@ -104,6 +110,9 @@ pub struct BuildArgs {
     /// Output index file.
     #[arg(long)]
     pub out: PathBuf,
+    /// Where the heavy phases run: auto (the GPU when present), cpu or gpu.
+    #[arg(long, value_enum, default_value_t = crate::search_cmd::Backend::Auto)]
+    pub backend: crate::search_cmd::Backend,
     #[command(flatten)]
     pub flags: BuildFlags,
 }
@@ -125,7 +134,7 @@ pub fn resolve_base(
 
 pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
     let (base, dim, metric) = resolve_base(&args.base, args.metric, root)?;
-    let params = args.flags.params()?;
+    let params = args.flags.params(args.backend)?;
     let n = base.len() / dim;
     let stored_dim = if metric == Metric::InnerProduct {
         dim + 1
@@ -144,6 +153,9 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         resolved.row_len,
         if resolved.exact_rows { "exact" } else { "search" }
     );
+    if octex_kernels::driver_available() && params.backend != BuildBackend::Cpu {
+        println!("a GPU is present: principal coordinates and exact rows (n <= {}) run there", params.gpu_exact_rows_limit);
+    }
     println!(
         "size estimate before build (upper bound): {}",
         SizeEstimate::estimate(&resolved, resolved.max_spacings, None)
@@ -152,6 +164,7 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
     let built = octex_build::build(&base, dim, metric, &params)?;
     let wall = t.elapsed().as_secs_f64();
     print_report(&built.report, n);
+    println!("backend: {}", built.report.backend);
     built
         .index
         .save(&args.out)

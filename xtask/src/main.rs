@@ -8,6 +8,7 @@
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
 mod bench;
+mod synth;
 mod gpu_bench;
 mod build_cmd;
 mod data;
@@ -52,6 +53,19 @@ enum Cmd {
         metric: Metric,
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Make a deterministic synthetic data set (Gaussian mixture) with ground truth.
+    Synth {
+        #[arg(long, default_value = "synth-1m")]
+        name: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        n: usize,
+        #[arg(long, default_value_t = 10_000)]
+        queries: usize,
+        #[arg(long, default_value_t = 128)]
+        dim: usize,
+        #[arg(long, default_value_t = 1_000)]
+        clusters: usize,
     },
     /// recall@k of result ids against ground truth.
     Recall {
@@ -126,6 +140,13 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::BuildIndex(args) => build_cmd::run(args, &root),
+        Cmd::Synth {
+            name,
+            n,
+            queries,
+            dim,
+            clusters,
+        } => synth::run(&name, n, queries, dim, clusters, &root),
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
         Cmd::Plot { results, out } => bench::replot(&results, &out),

@@ -16,6 +16,7 @@
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
 //! scale with `n` and `D` and a size estimate callable before building.
 
+pub mod gpu_rows;
 pub mod knn;
 pub mod params;
 pub mod pca;
@@ -36,7 +37,8 @@ use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
 
-pub use params::{BuildParams, ResolvedParams, RowMethod, SizeEstimate};
+pub use params::{BuildBackend, BuildParams, ResolvedParams, RowMethod, SizeEstimate};
+use gpu_rows::open_gpu;
 
 /// Why a build refused its input.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +59,8 @@ pub enum BuildError {
     Param(String),
     #[error(transparent)]
     Index(#[from] IndexError),
+    #[error("GPU build: {0}")]
+    Gpu(#[from] octex_kernels::GpuError),
 }
 
 /// What a build measured.
@@ -64,6 +68,8 @@ pub enum BuildError {
 pub struct BuildReport {
     /// Seconds per phase, in order.
     pub phases: Vec<(String, f64)>,
+    /// `"cpu"` or `"gpu"` (where the principal coordinates and exact rows ran).
+    pub backend: String,
     pub params: Option<ResolvedParams>,
     pub spacings: Vec<f32>,
     /// Share of vectors whose copy-0 fragment holds another vector, per spacing.
@@ -199,6 +205,17 @@ pub fn build(
         ));
     }
     let x: &[f32] = &stored;
+    let gpu = open_gpu(params.backend)?;
+    let exact_rows = match (params.row_method, &gpu) {
+        (RowMethod::Auto, Some(_)) => {
+            n <= params.gpu_exact_rows_limit && p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K
+        }
+        _ => p.exact_rows,
+    };
+    let p = ResolvedParams { exact_rows, ..p };
+    if let Some(g) = &gpu {
+        tracing::info!(device = %g.describe(), exact_rows, "building on the GPU");
+    }
 
     // PCA: the copies draw from the top-64 subspace, the sketch needs the top w.
     let m_copy = sdim.min(64);
@@ -224,11 +241,14 @@ pub fn build(
     );
     // Principal coordinates of every vector: the input of every copy's
     // projection and, in their first w columns, of the sketch.
-    let pcs = report.phase("principal_coords", || {
-        let mut pcs = vec![0f32; n * m];
-        map.principal(x, &mut pcs, true);
-        pcs
-    });
+    let pcs = report.phase("principal_coords", || match &gpu {
+        Some(g) => gpu_rows::principal(g, &map, x),
+        None => {
+            let mut pcs = vec![0f32; n * m];
+            map.principal(x, &mut pcs, true);
+            Ok(pcs)
+        }
+    })?;
 
     // Spacings, from copy 0 over (a sample of) the data.
     let choice = report.phase("spacings", || {
@@ -385,7 +405,13 @@ pub fn build(
         reverse_source: p.reverse_source,
     };
     let pb = bar(n, "neighbour rows", params.progress);
-    parts.rows = if p.exact_rows {
+    parts.rows = if let (true, Some(g)) = (exact_rows, &gpu) {
+        report.phase("rows_exact_gpu", || {
+            let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
+            let (ids, dists) = gpu_rows::exact_knn(g, x, sdim, k_fwd, &pb)?;
+            Ok::<_, BuildError>(rows::assemble(&ids, &dists, k_fwd, shape))
+        })?
+    } else if exact_rows {
         report.phase("rows_exact", || {
             let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
             let (ids, dists) =
@@ -406,6 +432,7 @@ pub fn build(
     report.spacing_hit_rates = choice.hit_rates;
     report.spacing_median_sizes = choice.median_sizes;
     report.params = Some(p);
+    report.backend = if gpu.is_some() { "gpu" } else { "cpu" }.to_string();
     Ok(Built { index, report })
 }
 

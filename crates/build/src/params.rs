@@ -14,6 +14,17 @@ pub enum RowMethod {
     Search,
 }
 
+/// Where the build's heavy phases run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BuildBackend {
+    /// The GPU when a CUDA driver reports a device, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    /// GPU 0; an error when there is none.
+    Gpu,
+}
+
 /// What to build. `None` fields take defaults that scale with `n` and `D`
 /// (see [`BuildParams::resolve`]); every field is documented with its default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -62,6 +73,13 @@ pub struct BuildParams {
     /// fraction of the time (Fashion-MNIST: 8.3 s vs 41 s, recall@10 0.9721 vs
     /// 0.9723 at r=16 S=16 W=1 R=32).
     pub exact_rows_limit: usize,
+    /// Largest `n` for exact rows under [`RowMethod::Auto`] when the GPU builds
+    /// them (cuBLAS products + top-k, `n^2 D` on the GPU). Default 10,000,000.
+    pub gpu_exact_rows_limit: usize,
+    /// Where the heavy phases run. Default [`BuildBackend::Auto`]. The GPU
+    /// computes the principal coordinates and exact neighbour rows; the index
+    /// is the same format either way.
+    pub backend: BuildBackend,
     /// Precision of the rerank vectors. Default f16.
     pub vector_dtype: VectorDtype,
     /// Rows sampled for PCA and for the sketch scales. Default 100,000.
@@ -90,6 +108,8 @@ impl Default for BuildParams {
             reverse_source: None,
             row_method: RowMethod::Auto,
             exact_rows_limit: 20_000,
+            gpu_exact_rows_limit: 10_000_000,
+            backend: BuildBackend::Auto,
             vector_dtype: VectorDtype::F16,
             pca_sample: 100_000,
             seed: 0x0c7e_5eed,

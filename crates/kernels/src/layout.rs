@@ -131,6 +131,10 @@ pub struct SearchSmem {
     pub query: u32,
     /// `u32` ripple start per copy, `copies`.
     pub hits: u32,
+    /// `u32` fragment found per (copy, spacing), `copies x spacings`.
+    pub hits_by_spacing: u32,
+    /// `u32` ids first seen in the current round, [`SearchSmem::fresh_len`].
+    pub fresh: u32,
     /// `u32` start points of a wave, `start_points`.
     pub starts: u32,
     /// Total bytes.
@@ -153,7 +157,9 @@ impl SearchSmem {
         let scales = qs + 4 * index.sketch_width;
         let query = align_up(scales + 4 * index.sketch_width, 16);
         let hits = align_up(query + 4 * index.dim, 16);
-        let starts = hits + 4 * index.copies;
+        let hits_by_spacing = hits + 4 * index.copies;
+        let fresh = hits_by_spacing + 4 * index.copies * index.spacings;
+        let starts = fresh + 4 * Self::fresh_len(index, batch);
         let total = align_up(starts + 4 * batch.start_points, 16);
         Self {
             counters,
@@ -164,8 +170,22 @@ impl SearchSmem {
             scales,
             query,
             hits,
+            hits_by_spacing,
+            fresh,
             starts,
             total,
+        }
+    }
+
+    /// Most ids one round can see for the first time: the first round's ripple
+    /// heads and entry points, or one wave's rows.
+    pub const fn fresh_len(index: &IndexView, batch: &BatchView) -> u32 {
+        let first = index.copies * batch.read_depth + index.n_seeds;
+        let wave = batch.start_points * index.row_len;
+        if first > wave {
+            first
+        } else {
+            wave
         }
     }
 }
@@ -177,6 +197,7 @@ pub const CTR_FIRST_ROUND: usize = 2;
 pub const CTR_SKETCH: usize = 3;
 pub const CTR_NO_FRAGMENT: usize = 4;
 pub const CTR_ROW_ENTRIES: usize = 5;
+pub const CTR_FRESH: usize = 6;
 /// 8 slots (one per warp) for block scans.
 pub const CTR_WARP_SUMS: usize = 8;
 

@@ -284,26 +284,37 @@ unsafe fn visit(hash: *mut u32, mask: u32, id: u32) -> bool {
     false
 }
 
-/// Sketch distance `sum_j (q_j - scale_j * s_j)^2` of vector `id`.
+/// Most 16-byte chunks of a sketch row (widths up to 96).
+const SKETCH_CHUNKS: usize = 6;
+
+/// Sketch distance `sum_j (q_j - scale_j * s_j)^2` of vector `id`. All of the
+/// row's loads are issued before the first is used.
 #[inline(always)]
 unsafe fn sketch_distance(ix: &IndexView, qs: *const f32, scales: *const f32, id: u32) -> f32 {
     let w = ix.sketch_width as usize;
     let mut acc = 0.0f32;
-    // SAFETY: id < n; rows are w bytes, w a multiple of 16, the section 64-aligned.
+    // SAFETY: id < n; rows are w <= 96 bytes, w a multiple of 16, the section
+    // 64-aligned.
     unsafe {
         let row = (ix.sketch as *const u8).add(id as usize * w);
-        let mut j = 0;
-        while j < w {
-            let words = load16_nc(row.add(j));
-            for (wi, word) in words.iter().enumerate() {
+        let mut words = [[0u32; 4]; SKETCH_CHUNKS];
+        for (c, chunk) in words.iter_mut().enumerate() {
+            if 16 * c < w {
+                *chunk = load16_nc(row.add(16 * c));
+            }
+        }
+        for (c, chunk) in words.iter().enumerate() {
+            if 16 * c >= w {
+                break;
+            }
+            for (wi, word) in chunk.iter().enumerate() {
                 for b in 0..4 {
                     let v = (*word >> (8 * b)) as u8 as i8 as f32;
-                    let c = j + 4 * wi + b;
-                    let d = *qs.add(c) - *scales.add(c) * v;
+                    let j = 16 * c + 4 * wi + b;
+                    let d = *qs.add(j) - *scales.add(j) * v;
                     acc += d * d;
                 }
             }
-            j += 16;
         }
     }
     acc
@@ -385,24 +396,68 @@ struct Counts {
     row_entries: u32,
 }
 
-/// Visit `id`; when new, score it and append it when it beats `threshold`.
+/// Entries a thread loads before it visits them (loads in flight together).
+const GATHER: usize = 8;
+
+/// Visit entries `0..total` (`load(e)` gives entry `e`'s id or `PAD_ID`),
+/// `GATHER` per thread at a time with all loads issued first, and list the ids
+/// not seen before in `fresh`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn offer(
-    ix: &IndexView,
+unsafe fn gather(
+    total: u32,
+    load: impl Fn(u32) -> u32,
     hash: *mut u32,
     mask: u32,
+    fresh: *mut u32,
+    fresh_count: *mut u32,
+    seen: &mut u32,
+) {
+    let t = tid();
+    let mut base = 0;
+    while base < total {
+        let mut ids = [PAD_ID; GATHER];
+        for (g, id) in ids.iter_mut().enumerate() {
+            let e = base + t + g as u32 * T;
+            if e < total {
+                *id = load(e);
+            }
+        }
+        for id in ids {
+            if id != PAD_ID {
+                *seen += 1;
+                // SAFETY: shared pointers of the layout; fresh holds every id a
+                // round can see (fresh_len).
+                unsafe {
+                    if visit(hash, mask, id) {
+                        let p = add_shared(fresh_count, 1);
+                        *fresh.add(p as usize) = id;
+                    }
+                }
+            }
+        }
+        base += GATHER as u32 * T;
+    }
+}
+
+/// Score the `n` fresh ids and append those whose key beats `threshold`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn score_fresh(
+    ix: &IndexView,
     qs: *const f32,
     scales: *const f32,
+    fresh: *const u32,
+    n: u32,
     buf: *mut u64,
     count: *mut u32,
     threshold: u32,
-    id: u32,
     counts: &mut Counts,
 ) {
-    // SAFETY: shared pointers from the layout; pushes stay under buf_len (sizes).
-    unsafe {
-        if visit(hash, mask, id) {
+    let mut i = tid();
+    while i < n {
+        // SAFETY: i < n <= fresh_len; pushes stay under buf_len (sizes).
+        unsafe {
+            let id = *fresh.add(i as usize);
             let d = sketch_distance(ix, qs, scales, id);
             counts.sketch += 1;
             if f32_order_key(d) < threshold {
@@ -410,7 +465,41 @@ unsafe fn offer(
                 *buf.add(pos as usize) = candidate(d, id);
             }
         }
+        i += T;
     }
+}
+
+/// Wait for the round's gather, then score its fresh ids.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn score_round(
+    ix: &IndexView,
+    qs: *const f32,
+    scales: *const f32,
+    fresh: *const u32,
+    fresh_count: *mut u32,
+    buf: *mut u64,
+    count: *mut u32,
+    threshold: u32,
+    counts: &mut Counts,
+) {
+    sync();
+    // SAFETY: shared counter, complete after the barrier.
+    unsafe {
+        let n = core::ptr::read_volatile(fresh_count);
+        score_fresh(ix, qs, scales, fresh, n, buf, count, threshold, counts);
+    }
+}
+
+/// Zero a shared counter between barriers.
+#[inline(always)]
+unsafe fn reset_counter(c: *mut u32) {
+    sync();
+    if tid() == 0 {
+        // SAFETY: a shared counter.
+        unsafe { core::ptr::write_volatile(c, 0) };
+    }
+    sync();
 }
 
 /// Sort the appended candidates and keep the best `keep`; returns how many.
@@ -486,22 +575,33 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             i += T;
         }
 
-        // First round: per copy, the finest spacing whose fragment is stored.
+        // First round: every (copy, spacing) decoded and looked up at once; per
+        // copy, the finest spacing whose fragment is stored.
         let cd = 8 * ix.blocks;
         let nsp = ix.spacings;
-        let mut c = t;
-        while c < ix.copies {
+        let hits_by_spacing = base.add(lay.hits_by_spacing as usize) as *mut u32;
+        let fresh = base.add(lay.fresh as usize) as *mut u32;
+        let fresh_count = ctr.add(CTR_FRESH);
+        let mut i = t;
+        while i < ix.copies * nsp {
+            let (c, sp) = (i / nsp, i % nsp);
             let z = (bt.z as *const f32).add((qi * ix.width + c * cd) as usize);
             let shift = (ix.shifts as *const f32).add((c * cd) as usize);
+            let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
+            let (key, _) = fragment_key_of(z, shift, inv, ix.blocks);
+            *hits_by_spacing.add(i as usize) = match lookup(&ix, i, key) {
+                Some(frag) => frag as u32,
+                None => u32::MAX,
+            };
+            i += T;
+        }
+        sync();
+        let mut c = t;
+        while c < ix.copies {
             let mut hit = u32::MAX;
             let mut sp = 0;
-            while sp < nsp {
-                let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
-                let (key, _) = fragment_key_of(z, shift, inv, ix.blocks);
-                if let Some(frag) = lookup(&ix, c * nsp + sp, key) {
-                    hit = frag as u32;
-                    break;
-                }
+            while sp < nsp && hit == u32::MAX {
+                hit = *hits_by_spacing.add((c * nsp + sp) as usize);
                 sp += 1;
             }
             counts.no_fragment += (hit == u32::MAX) as u32;
@@ -513,35 +613,32 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
         // Gather the first `r` ids of every ripple found, de-duplicated, scored.
         let r = bt.read_depth;
         let l = ix.list_len as u64;
-        let total = ix.copies * r;
-        let mut e = t;
-        while e < total {
+        let ripples = ix.ripples as *const u32;
+        let load_ripple = |e: u32| {
             let frag = *hits.add((e / r) as usize);
-            if frag != u32::MAX {
-                let id = *(ix.ripples as *const u32).add((frag as u64 * l + (e % r) as u64) as usize);
-                if id != PAD_ID {
-                    counts.first_round += 1;
-                    offer(&ix, hash, mask, qs, scales, buf, count, u32::MAX, id, &mut counts);
-                }
+            if frag == u32::MAX {
+                PAD_ID
+            } else {
+                *ripples.add((frag as u64 * l + (e % r) as u64) as usize)
             }
-            e += T;
-        }
+        };
+        gather(ix.copies * r, load_ripple, hash, mask, fresh, fresh_count, &mut counts.first_round);
+        score_round(&ix, qs, scales, fresh, fresh_count, buf, count, u32::MAX, &mut counts);
         sync();
         let found = core::ptr::read_volatile(count);
-        sync();
         let seeded = found < bt.start_points;
         if seeded {
-            let mut s = t;
-            while s < ix.n_seeds {
-                let id = *(ix.seeds as *const u32).add(s as usize);
-                offer(&ix, hash, mask, qs, scales, buf, count, u32::MAX, id, &mut counts);
-                s += T;
-            }
+            reset_counter(fresh_count);
+            let seeds = ix.seeds as *const u32;
+            let mut unused = 0;
+            gather(ix.n_seeds, |e| *seeds.add(e as usize), hash, mask, fresh, fresh_count, &mut unused);
+            score_round(&ix, qs, scales, fresh, fresh_count, buf, count, u32::MAX, &mut counts);
         }
         let mut nbest = sort_and_trim(buf, count, bt.keep);
 
         // Waves.
         let lt = ix.row_len;
+        let rows = ix.rows as *const u32;
         let mut wave = 0;
         while wave < bt.waves {
             let ns = select_starts(buf, nbest, bt.start_points, starts, ctr.add(CTR_WARP_SUMS));
@@ -553,17 +650,13 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             } else {
                 u32::MAX
             };
-            let total = ns * lt;
-            let mut e = t;
-            while e < total {
+            reset_counter(fresh_count);
+            let load_row = |e: u32| {
                 let u = *starts.add((e / lt) as usize);
-                let id = *(ix.rows as *const u32).add((u as u64 * lt as u64 + (e % lt) as u64) as usize);
-                if id != PAD_ID {
-                    counts.row_entries += 1;
-                    offer(&ix, hash, mask, qs, scales, buf, count, threshold, id, &mut counts);
-                }
-                e += T;
-            }
+                *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
+            };
+            gather(ns * lt, load_row, hash, mask, fresh, fresh_count, &mut counts.row_entries);
+            score_round(&ix, qs, scales, fresh, fresh_count, buf, count, threshold, &mut counts);
             nbest = sort_and_trim(buf, count, bt.keep);
             wave += 1;
         }

@@ -173,6 +173,32 @@ pub fn run(
             "seeded_queries": r.stats.seeded_queries}));
     }
 
+    // Cost of each phase inside the kernel (variants that stop early).
+    let mut phase_rows = Vec::new();
+    for p in [
+        SearchParams::default(),
+        SearchParams {
+            read_depth: 16,
+            start_points: 16,
+            waves: 1,
+            rerank: 64,
+        },
+        SearchParams {
+            read_depth: 16,
+            start_points: 96,
+            waves: 4,
+            rerank: 16,
+        },
+    ] {
+        let c = g.phase_costs(queries, 10, &p, 10)?;
+        println!(
+            "kernel phases at {p:?}, ms per batch of {batch}: projection+init {:.3}, decode+lookup {:.3}, first round {:.3}, waves {:.3}, rerank {:.3}",
+            c[0], c[1], c[2], c[3], c[4]
+        );
+        phase_rows.push(json!({"params": p, "projection_init_ms": c[0], "decode_lookup_ms": c[1],
+            "first_round_ms": c[2], "waves_ms": c[3], "rerank_ms": c[4]}));
+    }
+
     // Phase times (CUDA events) and CPU parity at the default parameters.
     let p = SearchParams::default();
     let (gres, times) = g.search_profiled(&queries[..batch * dim], 10, &p)?;
@@ -275,6 +301,7 @@ pub fn run(
         "build": build,
         "points": points,
         "phases_ms": times,
+        "kernel_phases": phase_rows,
         "cpu_gpu_parity": {"params": p, "recall_cpu": rc, "recall_gpu": rg, "shared_top10": same_sets},
         "cuvs_reference_issue5": reference.iter().map(|(s, r, q)| json!({"system": s, "recall": r, "qps": q})).collect::<Vec<_>>(),
         "summary": summary,

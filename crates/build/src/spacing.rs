@@ -10,7 +10,7 @@
 //! `ratio` until the median vector's fragment holds `l` members.
 
 use octex_lattice::CopyMap;
-use std::collections::HashMap;
+use rayon::prelude::*;
 
 /// Rows used to probe spacings.
 pub const PROBE_ROWS: usize = 1_000_000;
@@ -27,20 +27,34 @@ fn probe(map: &CopyMap, z: &[f32], spacing: f32, pmin: usize) -> Probe {
     let cd = map.copy_dim();
     let mut m = map.clone();
     m.spacings = vec![spacing];
-    let keys: Vec<u64> = z
-        .chunks_exact(cd)
+    // Keys on all cores, then fragment sizes from the runs of the sorted keys:
+    // every member of a run of length c has a fragment of size c.
+    let mut keys: Vec<u64> = z
+        .par_chunks_exact(cd)
         .map(|zr| m.fragment(zr, 0, 0).0.key)
         .collect();
-    let mut counts: HashMap<u64, u32> = HashMap::with_capacity(keys.len());
-    for &k in &keys {
-        *counts.entry(k).or_insert(0) += 1;
+    keys.par_sort_unstable();
+    let mut runs: Vec<usize> = keys
+        .chunk_by(|a, b| a == b)
+        .map(|run| run.len())
+        .collect();
+    let total = keys.len();
+    let hits: usize = runs.iter().filter(|&&c| c > pmin).sum();
+    // The median over vectors of their fragment's size: the size at position
+    // total / 2 of the multiset holding c copies of each run length c.
+    runs.sort_unstable();
+    let mid = total / 2;
+    let mut seen = 0;
+    let mut median = 0;
+    for c in runs {
+        seen += c;
+        if seen > mid {
+            median = c;
+            break;
+        }
     }
-    let mut sizes: Vec<u32> = keys.iter().map(|k| counts[k]).collect();
-    let hits = sizes.iter().filter(|&&c| c as usize > pmin).count();
-    let mid = sizes.len() / 2;
-    let median = *sizes.select_nth_unstable(mid).1 as usize;
     Probe {
-        hit_rate: hits as f64 / keys.len().max(1) as f64,
+        hit_rate: hits as f64 / total.max(1) as f64,
         median_size: median,
     }
 }
@@ -89,4 +103,44 @@ pub fn choose(
         f *= ratio;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use octex_lattice::{CopyMapParams, GaussianRng};
+    use std::collections::HashMap;
+
+    /// The sorted-runs probe equals a plain count through a hash map.
+    #[test]
+    fn probe_matches_a_hash_map_count() {
+        let (n, cd) = (20_000usize, 32usize);
+        let mut rng = GaussianRng::new(7, 0);
+        let z: Vec<f32> = (0..n * cd).map(|_| rng.normal() as f32).collect();
+        let mut basis = vec![0f64; cd * cd];
+        for i in 0..cd {
+            basis[i * cd + i] = 1.0;
+        }
+        let params = CopyMapParams {
+            copies: 1,
+            blocks: 4,
+            seed: 3,
+        };
+        let map = CopyMap::random(&vec![0.0; cd], &basis, cd, cd, 1.0, &params, vec![1.0]);
+        for (spacing, pmin) in [(1.5f32, 1usize), (2.5, 1), (3.5, 2)] {
+            let mut m = map.clone();
+            m.spacings = vec![spacing];
+            let keys: Vec<u64> = z.chunks_exact(cd).map(|r| m.fragment(r, 0, 0).0.key).collect();
+            let mut counts: HashMap<u64, usize> = HashMap::new();
+            for &k in &keys {
+                *counts.entry(k).or_insert(0) += 1;
+            }
+            let mut sizes: Vec<usize> = keys.iter().map(|k| counts[k]).collect();
+            let hits = sizes.iter().filter(|&&c| c > pmin).count();
+            let median = *sizes.select_nth_unstable(n / 2).1;
+            let p = probe(&map, &z, spacing, pmin);
+            assert_eq!(p.hit_rate, hits as f64 / n as f64, "spacing {spacing}");
+            assert_eq!(p.median_size, median, "spacing {spacing}");
+        }
+    }
 }

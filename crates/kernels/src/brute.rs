@@ -15,6 +15,7 @@ pub struct GpuBruteForce<'g> {
     norms: CudaSlice<f32>,
     n: usize,
     dim: usize,
+    tf32: bool,
 }
 
 /// Base vectors per tile (the product of a query block with one tile is
@@ -45,7 +46,16 @@ impl<'g> GpuBruteForce<'g> {
             norms,
             n,
             dim,
+            tf32: false,
         })
+    }
+
+    /// Products on TF32 tensor cores (several times faster; distances carry a
+    /// relative error of about 1e-3, so near-ties may swap). Off by default:
+    /// exact brute force stays exact; the builder's neighbour rows use it.
+    pub fn with_tf32(mut self, on: bool) -> Self {
+        self.tf32 = on;
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -125,6 +135,7 @@ impl<'g> GpuBruteForce<'g> {
         let tile = TILE.min(self.n);
         let mut dots = self.gpu.zeros::<f32>(nq * tile)?;
         let mut best = self.gpu.upload(&vec![u64::MAX; nq * k])?;
+        self.gpu.set_tf32(self.tf32)?;
         for t0 in (0..self.n).step_by(TILE) {
             let nt = TILE.min(self.n - t0);
             self.gpu.matmul_transposed(
@@ -143,6 +154,7 @@ impl<'g> GpuBruteForce<'g> {
                 &mut best.slice_mut(..),
             )?;
         }
+        self.gpu.set_tf32(false)?;
         Ok(best)
     }
 }

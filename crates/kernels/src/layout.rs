@@ -101,7 +101,19 @@ pub struct BatchView {
     pub buf_len: u32,
     /// Entries of the rerank sort (a power of two `>= R`).
     pub rerank_len: u32,
+    /// Profiling only: end each query after this phase ([`STOP_AFTER_INIT`]
+    /// ...); `0` runs the whole search. Timing the variants gives the cost of
+    /// each phase inside the one kernel.
+    pub stop_after: u32,
 }
+
+/// `BatchView::stop_after` values: after loading the query and clearing the
+/// visited set; after the first round's decode and key lookups; after the
+/// first round; after the waves (before the rerank).
+pub const STOP_AFTER_INIT: u32 = 1;
+pub const STOP_AFTER_LOOKUP: u32 = 2;
+pub const STOP_AFTER_FIRST_ROUND: u32 = 3;
+pub const STOP_AFTER_WAVES: u32 = 4;
 
 /// Work counters written by `wave_search` (indices into `BatchView::stats`).
 pub const STAT_FIRST_ROUND_ENTRIES: usize = 0;

@@ -92,6 +92,8 @@ pub struct GpuSearcher<'a> {
     max_batch: usize,
     stored: Vec<f32>,
     norms: Vec<f32>,
+    /// Profiling: `BatchView::stop_after` of the next searches.
+    stop_after: u32,
 }
 
 impl From<cudarc::driver::DriverError> for SearchError {
@@ -250,6 +252,7 @@ impl Index {
             max_batch,
             stored: Vec::new(),
             norms: Vec::new(),
+            stop_after: 0,
         })
     }
 }
@@ -285,6 +288,7 @@ fn batch_view(ix: &IndexView, b: &BatchBuffers, nq: usize, k: usize, p: &SearchP
         hash_slots,
         buf_len,
         rerank_len: (p.rerank as u32).max(2).next_power_of_two(),
+        stop_after: 0,
     }
 }
 
@@ -346,6 +350,45 @@ impl GpuSearcher<'_> {
         Ok(ms / 1e3 / reps.max(1) as f64)
     }
 
+    /// Device time of each phase inside `wave_search` for these queries (one
+    /// batch): the kernel is replayed ending after each phase in turn, and the
+    /// differences are the phases' costs, in milliseconds per batch:
+    /// `[projection + init, decode and lookups, first-round gather and sort,
+    /// waves, rerank]`.
+    pub fn phase_costs(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        reps: usize,
+    ) -> Result<[f64; 5], SearchError> {
+        use octex_kernels::layout::{
+            STOP_AFTER_FIRST_ROUND, STOP_AFTER_INIT, STOP_AFTER_LOOKUP, STOP_AFTER_WAVES,
+        };
+        let batch = &queries[..queries.len().min(self.max_batch * self.index.dim())];
+        let mut cumulative = [0f64; 5];
+        for (i, stop) in [
+            STOP_AFTER_INIT,
+            STOP_AFTER_LOOKUP,
+            STOP_AFTER_FIRST_ROUND,
+            STOP_AFTER_WAVES,
+            0,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            self.stop_after = stop;
+            let r = self.search(batch, k, p).map(|_| ()).and_then(|_| self.replay_seconds(reps));
+            self.stop_after = 0;
+            cumulative[i] = r? * 1e3;
+        }
+        let mut out = [0f64; 5];
+        for i in 0..5 {
+            out[i] = cumulative[i] - if i > 0 { cumulative[i - 1] } else { 0.0 };
+        }
+        Ok(out)
+    }
+
     fn search_inner(
         &mut self,
         queries: &[f32],
@@ -399,7 +442,10 @@ impl GpuSearcher<'_> {
             self.graphs.clear();
             self.buffers = BatchBuffers::new(&self.gpu, &self.dev.view.view, self.max_batch, k.next_power_of_two())?;
         }
-        let view = batch_view(&self.dev.view.view, &self.buffers, nq, k, p, &self.gpu);
+        let view = BatchView {
+            stop_after: self.stop_after,
+            ..batch_view(&self.dev.view.view, &self.buffers, nq, k, p, &self.gpu)
+        };
         let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
         if smem > self.gpu.max_shared_memory() {
             return Err(SearchError::Params(format!(

@@ -321,27 +321,69 @@ unsafe fn sketch_distance(ix: &IndexView, qs: *const f32, scales: *const f32, id
 }
 
 /// Exact squared L2 distance of vector `id` to the shared-memory query, by one
-/// warp (every lane returns the sum).
+/// warp (every lane returns the sum). Rows whose length allows it are read 16
+/// bytes per lane (8 halves or 4 floats), else 4 bytes, else one value.
 #[inline(always)]
 unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) -> f32 {
     let dim = ix.dim as usize;
     let mut acc = 0.0f32;
-    let mut j = lane as usize;
-    // SAFETY: id < n, j < dim.
+    // SAFETY: id < n; every index below is < dim; the 16- and 4-byte loads are
+    // aligned because the section is 64-aligned and the row length in bytes is
+    // a multiple of the load width whenever that path is taken.
     unsafe {
         if ix.vectors_f16 != 0 {
             let v = (ix.vectors as *const u16).add(id as usize * dim);
-            while j < dim {
-                let d = *query.add(j) - f16_to_f32(*v.add(j));
-                acc += d * d;
-                j += 32;
+            if dim % 8 == 0 {
+                let mut c = lane as usize;
+                while c < dim / 8 {
+                    let words = load16_nc(v.add(8 * c) as *const u8);
+                    for (wi, word) in words.iter().enumerate() {
+                        for h in 0..2 {
+                            let x = f16_to_f32((*word >> (16 * h)) as u16);
+                            let d = *query.add(8 * c + 2 * wi + h) - x;
+                            acc += d * d;
+                        }
+                    }
+                    c += 32;
+                }
+            } else if dim % 2 == 0 {
+                let v32 = v as *const u32;
+                let mut c = lane as usize;
+                while c < dim / 2 {
+                    let word = *v32.add(c);
+                    for h in 0..2 {
+                        let d = *query.add(2 * c + h) - f16_to_f32((word >> (16 * h)) as u16);
+                        acc += d * d;
+                    }
+                    c += 32;
+                }
+            } else {
+                let mut j = lane as usize;
+                while j < dim {
+                    let d = *query.add(j) - f16_to_f32(*v.add(j));
+                    acc += d * d;
+                    j += 32;
+                }
             }
         } else {
             let v = (ix.vectors as *const f32).add(id as usize * dim);
-            while j < dim {
-                let d = *query.add(j) - *v.add(j);
-                acc += d * d;
-                j += 32;
+            if dim % 4 == 0 {
+                let mut c = lane as usize;
+                while c < dim / 4 {
+                    let words = load16_nc(v.add(4 * c) as *const u8);
+                    for (i, word) in words.iter().enumerate() {
+                        let d = *query.add(4 * c + i) - f32::from_bits(*word);
+                        acc += d * d;
+                    }
+                    c += 32;
+                }
+            } else {
+                let mut j = lane as usize;
+                while j < dim {
+                    let d = *query.add(j) - *v.add(j);
+                    acc += d * d;
+                    j += 32;
+                }
             }
         }
         warp_sum(acc)
@@ -575,6 +617,10 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             i += T;
         }
 
+        if bt.stop_after == STOP_AFTER_INIT {
+            sync();
+            return;
+        }
         // First round: every (copy, spacing) decoded and looked up at once; per
         // copy, the finest spacing whose fragment is stored.
         let cd = 8 * ix.blocks;
@@ -609,6 +655,9 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             c += T;
         }
         sync();
+        if bt.stop_after == STOP_AFTER_LOOKUP {
+            return;
+        }
 
         // Gather the first `r` ids of every ripple found, de-duplicated, scored.
         let r = bt.read_depth;
@@ -635,6 +684,9 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             score_round(&ix, qs, scales, fresh, fresh_count, buf, count, u32::MAX, &mut counts);
         }
         let mut nbest = sort_and_trim(buf, count, bt.keep);
+        if bt.stop_after == STOP_AFTER_FIRST_ROUND {
+            return;
+        }
 
         // Waves.
         let lt = ix.row_len;
@@ -659,6 +711,10 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             score_round(&ix, qs, scales, fresh, fresh_count, buf, count, threshold, &mut counts);
             nbest = sort_and_trim(buf, count, bt.keep);
             wave += 1;
+        }
+
+        if bt.stop_after == STOP_AFTER_WAVES {
+            return;
         }
 
         // Exact rerank of the best R, one warp per candidate.
@@ -771,8 +827,12 @@ pub unsafe extern "ptx-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
 /// `t < nt` as `norms[t] - 2 dots[q][t]` (`dots` is `nq x nt`, row-major), ids
 /// `tile_base + t`, skipping id `self_base + q` (exact rows exclude the vector
 /// itself; pass `u32::MAX` to keep all), and merges them into `best[q][..k]`
-/// (sorted candidates, `u64::MAX` when empty). Shared memory: `u64 x
-/// next_pow2(T * k + k)`.
+/// (sorted candidates, `u64::MAX` when empty).
+///
+/// Each thread keeps its own top-k; only entries no worse than the k-th
+/// smallest of the threads' minima (and than the running k-th best) can make
+/// the result, so only those are sorted. Shared memory: `u64 x (T + 1 +
+/// next_pow2(T * k + k))`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn topk_tile(
@@ -794,38 +854,59 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         let t = tid();
         let k = k.min(MAX_TOPK);
         let skip = if self_base == u32::MAX { u32::MAX } else { self_base.wrapping_add(q) };
+        let own = best.add(q as usize * k as usize);
+        let prev_worst = *own.add(k as usize - 1);
         let mut local = [u64::MAX; MAX_TOPK as usize];
+        let mut worst = prev_worst;
         let row = dots.add(q as usize * nt as usize);
         let mut c = t;
         while c < nt {
             let id = tile_base + c;
             let d = *norms.add(c as usize) - 2.0 * *row.add(c as usize);
             let v = candidate(d, id);
-            if id != skip && v < local[k as usize - 1] {
+            if v < worst && id != skip {
                 let mut p = k as usize - 1;
                 while p > 0 && local[p - 1] > v {
                     local[p] = local[p - 1];
                     p -= 1;
                 }
                 local[p] = v;
+                worst = local[k as usize - 1].min(prev_worst);
             }
             c += T;
         }
         let smem = gpu_launch_sized_workgroup_mem::<u64>();
-        for j in 0..k as usize {
-            *smem.add(t as usize * k as usize + j) = local[j];
+        let mins = smem;
+        let counter = smem.add(T as usize) as *mut u32;
+        let cand = smem.add(T as usize + 1);
+        *mins.add(t as usize) = local[0];
+        if t == 0 {
+            core::ptr::write_volatile(counter, 0);
         }
-        let own = best.add(q as usize * k as usize);
+        sync();
+        bitonic_sort(mins, T);
+        let threshold = (*mins.add(k as usize - 1)).min(prev_worst);
+        for v in local.iter().take(k as usize) {
+            if *v <= threshold && *v != u64::MAX {
+                let pos = add_shared(counter, 1);
+                *cand.add(pos as usize) = *v;
+            }
+        }
         let mut j = t;
         while j < k {
-            *smem.add((T * k + j) as usize) = *own.add(j as usize);
+            let v = *own.add(j as usize);
+            if v != u64::MAX {
+                let pos = add_shared(counter, 1);
+                *cand.add(pos as usize) = v;
+            }
             j += T;
         }
         sync();
-        sort_prefix(smem, T * k + k);
+        let n = core::ptr::read_volatile(counter);
+        sort_prefix(cand, n);
         let mut j = t;
         while j < k {
-            *own.add(j as usize) = *smem.add(j as usize);
+            *own.add(j as usize) = if j < n { *cand.add(j as usize) } else { u64::MAX };
             j += T;
         }
     }

@@ -236,12 +236,19 @@ fn gpu_build_matches_cpu_build() {
     let gpu = octex_build::build(&base, dim, Metric::L2, &params(octex_build::BuildBackend::Gpu)).unwrap();
     assert_eq!(cpu.report.backend, "cpu");
     assert_eq!(gpu.report.backend, "gpu");
-    // Exact rows agree up to ties and rounding.
+    // The GPU's row products run on TF32 (relative error ~1e-3), so near-ties
+    // swap places: compare each row's forward head as a set.
     let (rc, rg) = (cpu.index.rows(), gpu.index.rows());
-    let same = rc.iter().zip(rg).filter(|(a, b)| a == b).count() as f64 / rc.len() as f64;
-    eprintln!("rows identical in place: {same:.4}");
-    // The GPU's row products run on TF32: near-ties may swap places.
-    assert!(same > 0.9, "only {same} of the row entries agree");
+    let lt = cpu.index.header().row_len as usize;
+    let head = lt / 2;
+    let shared: usize = rc
+        .chunks_exact(lt)
+        .zip(rg.chunks_exact(lt))
+        .map(|(a, b)| a[..head].iter().filter(|id| b[..head].contains(id)).count())
+        .sum();
+    let overlap = shared as f64 / (rc.len() / lt * head) as f64;
+    eprintln!("forward heads shared: {overlap:.4}");
+    assert!(overlap > 0.9, "only {overlap} of the forward neighbours agree");
     let (ci, gi) = (Index::new(cpu.index), Index::new(gpu.index));
     for p in [SearchParams::default(), SearchParams { start_points: 16, waves: 1, ..Default::default() }] {
         let r_cpu = recall(&ci.search(&queries, 10, &p).unwrap().ids, &truth, 10);

@@ -105,6 +105,9 @@ pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u
     )
 }
 
+/// Candidates `topk_tile` sorts at most (its shared memory).
+const TOPK_CANDIDATES: usize = 2048;
+
 /// One GPU: context, stream, kernels and cuBLAS.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
@@ -397,7 +400,7 @@ impl Gpu {
             return Err(GpuError::Unsupported(format!("GPU top-k needs 1 <= k <= {MAX_TOPK}, got {k}")));
         }
         assert!(dots.len() >= nq * nt && norms.len() >= nt && best.len() >= nq * k);
-        let smem = 8 * (BLOCK_THREADS as usize + 1 + (BLOCK_THREADS as usize * k + k).next_power_of_two());
+        let smem = 8 * (BLOCK_THREADS as usize + 2 + TOPK_CANDIDATES);
         let (nq32, nt32, k32) = (nq as u32, nt as u32, k as u32);
         let mut b = self.stream.launch_builder(&self.topk_tile);
         b.arg(dots).arg(&nq32).arg(&nt32).arg(norms).arg(&tile_base).arg(&self_base).arg(&k32).arg(best);

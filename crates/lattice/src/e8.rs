@@ -89,13 +89,20 @@ pub fn decode_d8_plain<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
         worst = if better { i } else { worst };
         worst_err = if better { err } else { worst_err };
     }
-    // An odd sum moves the worst-rounded coordinate one step towards x.
-    let step = if x[worst] >= T::from_i32(f[worst]) {
-        1
-    } else {
-        -1
-    };
-    f[worst] += step * (sum & 1);
+    // An odd sum moves the worst-rounded coordinate one step towards x. The
+    // coordinate is picked by selects over constant indices, not `f[worst]`,
+    // so that GPU code keeps `f` in registers.
+    let (mut xw, mut fw) = (T::ZERO, 0i32);
+    for i in 0..8 {
+        let here = i == worst;
+        xw = if here { x[i] } else { xw };
+        fw = if here { f[i] } else { fw };
+    }
+    let step = if xw >= T::from_i32(fw) { 1 } else { -1 };
+    let adjust = step * (sum & 1);
+    for (i, fi) in f.iter_mut().enumerate() {
+        *fi += if i == worst { adjust } else { 0 };
+    }
     let mut d = T::ZERO;
     for i in 0..8 {
         let e = x[i] - T::from_i32(f[i]);

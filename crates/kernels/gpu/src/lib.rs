@@ -481,7 +481,8 @@ unsafe fn gather(
     }
 }
 
-/// Score the `n` fresh ids and append those whose key beats `threshold`.
+/// Score the `n` fresh ids and append those whose key beats `threshold`; two
+/// rows per thread at a time, so their loads are in flight together.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn score_fresh(
@@ -499,16 +500,57 @@ unsafe fn score_fresh(
     while i < n {
         // SAFETY: i < n <= fresh_len; pushes stay under buf_len (sizes).
         unsafe {
-            let id = *fresh.add(i as usize);
-            let d = sketch_distance(ix, qs, scales, id);
-            counts.sketch += 1;
-            if f32_order_key(d) < threshold {
+            let second = i + T < n;
+            let a = *fresh.add(i as usize);
+            let b = if second { *fresh.add((i + T) as usize) } else { a };
+            let (da, db) = sketch_distance_pair(ix, qs, scales, a, b);
+            counts.sketch += 1 + second as u32;
+            if f32_order_key(da) < threshold {
                 let pos = add_shared(count, 1);
-                *buf.add(pos as usize) = candidate(d, id);
+                *buf.add(pos as usize) = candidate(da, a);
+            }
+            if second && f32_order_key(db) < threshold {
+                let pos = add_shared(count, 1);
+                *buf.add(pos as usize) = candidate(db, b);
             }
         }
-        i += T;
+        i += 2 * T;
     }
+}
+
+/// Sketch distances of two vectors, all loads of both rows issued first.
+#[inline(always)]
+unsafe fn sketch_distance_pair(ix: &IndexView, qs: *const f32, scales: *const f32, a: u32, b: u32) -> (f32, f32) {
+    let w = ix.sketch_width as usize;
+    let (mut acc_a, mut acc_b) = (0.0f32, 0.0f32);
+    // SAFETY: as in `sketch_distance`.
+    unsafe {
+        let ra = (ix.sketch as *const u8).add(a as usize * w);
+        let rb = (ix.sketch as *const u8).add(b as usize * w);
+        let mut wa = [[0u32; 4]; SKETCH_CHUNKS];
+        let mut wb = [[0u32; 4]; SKETCH_CHUNKS];
+        for c in 0..SKETCH_CHUNKS {
+            if 16 * c < w {
+                wa[c] = load16_nc(ra.add(16 * c));
+                wb[c] = load16_nc(rb.add(16 * c));
+            }
+        }
+        for c in 0..SKETCH_CHUNKS {
+            if 16 * c < w {
+                for wi in 0..4 {
+                    for byte in 0..4 {
+                        let j = 16 * c + 4 * wi + byte;
+                        let (qj, sj) = (*qs.add(j), *scales.add(j));
+                        let da = qj - sj * ((wa[c][wi] >> (8 * byte)) as u8 as i8 as f32);
+                        let db = qj - sj * ((wb[c][wi] >> (8 * byte)) as u8 as i8 as f32);
+                        acc_a += da * da;
+                        acc_b += db * db;
+                    }
+                }
+            }
+        }
+    }
+    (acc_a, acc_b)
 }
 
 /// Wait for the round's gather, then score its fresh ids.
@@ -823,16 +865,21 @@ pub unsafe extern "ptx-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
     }
 }
 
+/// Candidates `topk_tile` sorts at most (shared memory `u64 x (T + 2 +
+/// TOPK_CANDIDATES)`).
+const TOPK_CANDIDATES: u32 = 2048;
+
 /// Running top-k of a tile: query `q` (one block each) scores tile columns
 /// `t < nt` as `norms[t] - 2 dots[q][t]` (`dots` is `nq x nt`, row-major), ids
 /// `tile_base + t`, skipping id `self_base + q` (exact rows exclude the vector
 /// itself; pass `u32::MAX` to keep all), and merges them into `best[q][..k]`
 /// (sorted candidates, `u64::MAX` when empty).
 ///
-/// Each thread keeps its own top-k; only entries no worse than the k-th
+/// Each thread keeps its own top-k. Only entries no worse than the k-th
 /// smallest of the threads' minima (and than the running k-th best) can make
-/// the result, so only those are sorted. Shared memory: `u64 x (T + 1 +
-/// next_pow2(T * k + k))`.
+/// the result, so only those are sorted; when even those are too many (many
+/// equal distances), a bisection over the candidate keys finds the exact k-th
+/// smallest first.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn topk_tile(
@@ -853,40 +900,81 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         }
         let t = tid();
         let k = k.min(MAX_TOPK);
+        let ku = k as usize;
         let skip = if self_base == u32::MAX { u32::MAX } else { self_base.wrapping_add(q) };
-        let own = best.add(q as usize * k as usize);
-        let prev_worst = *own.add(k as usize - 1);
+        let own = best.add(q as usize * ku);
+        let prev_worst = *own.add(ku - 1);
         let mut local = [u64::MAX; MAX_TOPK as usize];
         let mut worst = prev_worst;
         let row = dots.add(q as usize * nt as usize);
+        let mut insert = |v: u64, local: &mut [u64; MAX_TOPK as usize], worst: &mut u64| {
+            let mut p = ku - 1;
+            while p > 0 && local[p - 1] > v {
+                local[p] = local[p - 1];
+                p -= 1;
+            }
+            local[p] = v;
+            *worst = local[ku - 1].min(prev_worst);
+        };
+        // Four loads in flight per thread.
         let mut c = t;
         while c < nt {
-            let id = tile_base + c;
-            let d = *norms.add(c as usize) - 2.0 * *row.add(c as usize);
-            let v = candidate(d, id);
-            if v < worst && id != skip {
-                let mut p = k as usize - 1;
-                while p > 0 && local[p - 1] > v {
-                    local[p] = local[p - 1];
-                    p -= 1;
+            let mut v = [u64::MAX; 4];
+            for (u, slot) in v.iter_mut().enumerate() {
+                let cc = c + u as u32 * T;
+                if cc < nt {
+                    let d = *norms.add(cc as usize) - 2.0 * *row.add(cc as usize);
+                    *slot = candidate(d, tile_base + cc);
                 }
-                local[p] = v;
-                worst = local[k as usize - 1].min(prev_worst);
             }
-            c += T;
+            for x in v {
+                if x < worst && (x as u32) != skip {
+                    insert(x, &mut local, &mut worst);
+                }
+            }
+            c += 4 * T;
         }
         let smem = gpu_launch_sized_workgroup_mem::<u64>();
         let mins = smem;
         let counter = smem.add(T as usize) as *mut u32;
-        let cand = smem.add(T as usize + 1);
+        let cand = smem.add(T as usize + 2);
         *mins.add(t as usize) = local[0];
+        sync();
+        bitonic_sort(mins, T);
+        let mut threshold = (*mins.add(ku - 1)).min(prev_worst);
+        // How many local entries are <= `x`, over the block.
+        let block_count = |x: u64| -> u32 {
+            sync();
+            if t == 0 {
+                core::ptr::write_volatile(counter, 0);
+            }
+            sync();
+            let mine = local.iter().take(ku).filter(|v| **v <= x && **v != u64::MAX).count() as u32;
+            if mine > 0 {
+                add_shared(counter, mine);
+            }
+            sync();
+            core::ptr::read_volatile(counter)
+        };
+        if block_count(threshold) + k > TOPK_CANDIDATES {
+            // Smallest x with count(<= x) >= k (keys are unique, so exactly k).
+            let (mut lo, mut hi) = (0u64, threshold);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if block_count(mid) >= k {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            threshold = hi;
+        }
+        sync();
         if t == 0 {
             core::ptr::write_volatile(counter, 0);
         }
         sync();
-        bitonic_sort(mins, T);
-        let threshold = (*mins.add(k as usize - 1)).min(prev_worst);
-        for v in local.iter().take(k as usize) {
+        for v in local.iter().take(ku) {
             if *v <= threshold && *v != u64::MAX {
                 let pos = add_shared(counter, 1);
                 *cand.add(pos as usize) = *v;

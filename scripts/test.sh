@@ -3,6 +3,7 @@
 # workspace (no GPU needed). Ends with one total line over all test binaries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/kernel-toolchain.sh
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0

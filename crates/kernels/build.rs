@@ -20,7 +20,14 @@ fn main() {
     let gpu = manifest.join("gpu");
     let committed = manifest.join("ptx").join(PTX_NAME);
     let dst = out.join(PTX_NAME);
-    for p in ["gpu/src", "gpu/Cargo.toml", "src/layout.rs", "ptx", "../lattice/src/e8.rs", "../lattice/src/key.rs"] {
+    for p in [
+        "gpu/src",
+        "gpu/Cargo.toml",
+        "src/layout.rs",
+        "ptx",
+        "../lattice/src/e8.rs",
+        "../lattice/src/key.rs",
+    ] {
         println!("cargo:rerun-if-changed={p}");
     }
     for v in ["OCTEX_KERNEL_TOOLCHAIN", "OCTEX_PTX_PREBUILT"] {
@@ -75,8 +82,9 @@ fn bitcode_linker(toolchain: &str) -> Option<PathBuf> {
 
 fn build_ptx(gpu: &Path, out: &Path) -> Result<PathBuf, String> {
     let toolchain = env::var("OCTEX_KERNEL_TOOLCHAIN").unwrap_or_else(|_| KERNEL_TOOLCHAIN.into());
-    let linker = bitcode_linker(&toolchain)
-        .ok_or_else(|| format!("no llvm-bitcode-linker for {toolchain} (rustup component add llvm-bitcode-linker)"))?;
+    let linker = bitcode_linker(&toolchain).ok_or_else(|| {
+        format!("no llvm-bitcode-linker for {toolchain} (rustup component add llvm-bitcode-linker)")
+    })?;
     let target_dir = out.join("nvptx");
     let flags = [
         "-Ctarget-cpu=sm_90".to_string(),
@@ -85,11 +93,19 @@ fn build_ptx(gpu: &Path, out: &Path) -> Result<PathBuf, String> {
     ]
     .join("\x1f");
     let mut cmd = Command::new("rustup");
-    cmd.args(["run", &toolchain, "cargo", "build", "--release", "--target", "nvptx64-nvidia-cuda"])
-        .args(["-Zbuild-std=core", "--manifest-path"])
-        .arg(gpu.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&target_dir);
+    cmd.args([
+        "run",
+        &toolchain,
+        "cargo",
+        "build",
+        "--release",
+        "--target",
+        "nvptx64-nvidia-cuda",
+    ])
+    .args(["-Zbuild-std=core", "--manifest-path"])
+    .arg(gpu.join("Cargo.toml"))
+    .arg("--target-dir")
+    .arg(&target_dir);
     // The inner build must not inherit the outer cargo's configuration.
     for (k, _) in env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -98,9 +114,21 @@ fn build_ptx(gpu: &Path, out: &Path) -> Result<PathBuf, String> {
             && !k.starts_with("CARGO_NET")
             && !k.starts_with("CARGO_REGISTRIES");
         let outer = [
-            "CARGO", "RUSTC", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTFLAGS", "RUSTDOCFLAGS",
-            "RUSTUP_TOOLCHAIN", "TARGET", "HOST", "OUT_DIR", "OPT_LEVEL", "PROFILE", "DEBUG",
-            "NUM_JOBS", "RUSTC_LINKER",
+            "CARGO",
+            "RUSTC",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "RUSTFLAGS",
+            "RUSTDOCFLAGS",
+            "RUSTUP_TOOLCHAIN",
+            "TARGET",
+            "HOST",
+            "OUT_DIR",
+            "OPT_LEVEL",
+            "PROFILE",
+            "DEBUG",
+            "NUM_JOBS",
+            "RUSTC_LINKER",
         ]
         .contains(&k.as_str());
         if cargo_var || outer {
@@ -109,7 +137,9 @@ fn build_ptx(gpu: &Path, out: &Path) -> Result<PathBuf, String> {
     }
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags);
     // Capture the child's output: its stdout must not reach cargo's protocol.
-    let o = cmd.output().map_err(|e| format!("cannot run rustup: {e}"))?;
+    let o = cmd
+        .output()
+        .map_err(|e| format!("cannot run rustup: {e}"))?;
     if !o.status.success() {
         return Err(format!(
             "{}\n{}",

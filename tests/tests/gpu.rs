@@ -53,8 +53,14 @@ fn fragment_keys_match_the_cpu_decoder() {
     let items = n * map.copies * map.spacings.len();
     let mut keys = gpu.zeros::<u64>(items).unwrap();
     let mut dists = gpu.zeros::<f32>(items).unwrap();
-    gpu.fragment_keys(&dview, &zd.slice(..), n, &mut keys.slice_mut(..), &mut dists.slice_mut(..))
-        .unwrap();
+    gpu.fragment_keys(
+        &dview,
+        &zd.slice(..),
+        n,
+        &mut keys.slice_mut(..),
+        &mut dists.slice_mut(..),
+    )
+    .unwrap();
     let (mut hk, mut hd) = (vec![0u64; items], vec![0f32; items]);
     gpu.download(&keys, &mut hk).unwrap();
     gpu.download(&dists, &mut hd).unwrap();
@@ -72,7 +78,12 @@ fn fragment_keys_match_the_cpu_decoder() {
             }
         }
     }
-    assert_eq!(same, items, "GPU and CPU fragment keys differ in {} of {items}", items - same);
+    assert_eq!(
+        same,
+        items,
+        "GPU and CPU fragment keys differ in {} of {items}",
+        items - same
+    );
 }
 
 /// GPU brute force finds the exact neighbours (and skips self in a self-join).
@@ -90,12 +101,20 @@ fn brute_force_matches_the_cpu() {
     let truth = brute_force(&base, &queries, dim, 10);
     let r = recall(&ids, &truth, 10);
     assert!(r > 0.999, "GPU brute force recall {r}");
-    assert!(d.chunks_exact(10).all(|row| row.windows(2).all(|w| w[0] <= w[1])));
+    assert!(d
+        .chunks_exact(10)
+        .all(|row| row.windows(2).all(|w| w[0] <= w[1])));
     let (self_ids, _) = bf.search(&base[..100 * dim], 5, Some(0)).unwrap();
     for (q, row) in self_ids.chunks_exact(5).enumerate() {
-        assert!(!row.contains(&(q as u32)), "query {q} found itself: {row:?}");
+        assert!(
+            !row.contains(&(q as u32)),
+            "query {q} found itself: {row:?}"
+        );
     }
-    assert!(bf.search(&queries, 33, None).is_err(), "k above the kernel's limit");
+    assert!(
+        bf.search(&queries, 33, None).is_err(),
+        "k above the kernel's limit"
+    );
 }
 
 /// The same index searched on CPU and GPU: recall within 0.005, > 95% of the
@@ -139,8 +158,14 @@ fn cpu_and_gpu_agree() {
             / cpu.ids.len() as f64;
         let same_sets = recall(&gpu.ids, &cpu.ids, 10);
         eprintln!("{p:?}: recall CPU {rc:.4} GPU {rg:.4}, same ids in place {same:.4}, as sets {same_sets:.4}");
-        assert!((rc - rg).abs() <= 0.005, "{p:?}: recall CPU {rc} vs GPU {rg}");
-        assert!(same_sets > 0.95, "{p:?}: only {same_sets} of the top-10 ids agree");
+        assert!(
+            (rc - rg).abs() <= 0.005,
+            "{p:?}: recall CPU {rc} vs GPU {rg}"
+        );
+        assert!(
+            same_sets > 0.95,
+            "{p:?}: only {same_sets} of the top-10 ids agree"
+        );
         for row in gpu.ids.chunks_exact(10) {
             let mut r = row.to_vec();
             r.sort_unstable();
@@ -191,14 +216,19 @@ fn far_queries_and_inner_product_on_gpu() {
     assert!(recall(&gpu.ids, &cpu.ids, 10) > 0.95);
     for (a, b) in cpu.distances.iter().zip(&gpu.distances) {
         if a.is_finite() && b.is_finite() {
-            assert!((a - b).abs() <= 1e-2 * a.abs().max(1.0), "distance {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-2 * a.abs().max(1.0),
+                "distance {a} vs {b}"
+            );
         }
     }
     // Bad input is refused before the GPU runs.
     let mut nan = queries[..dim].to_vec();
     nan[3] = f32::NAN;
     assert!(g.search(&nan, 10, &SearchParams::default()).is_err());
-    assert!(g.search(&queries[..dim - 1], 10, &SearchParams::default()).is_err());
+    assert!(g
+        .search(&queries[..dim - 1], 10, &SearchParams::default())
+        .is_err());
     let _ = BatchView::default();
 }
 
@@ -212,7 +242,10 @@ fn gpu_request_without_driver_is_an_error() {
     let dim = 16;
     let base = clustered(2_000, dim, 8, 8);
     let index = build(&base, dim, Metric::L2);
-    let err = index.gpu(&GpuOptions::default()).err().expect("no GPU here");
+    let err = index
+        .gpu(&GpuOptions::default())
+        .err()
+        .expect("no GPU here");
     assert!(err.to_string().contains("no CUDA driver"), "{err}");
 }
 
@@ -232,8 +265,20 @@ fn gpu_build_matches_cpu_build() {
         row_method: octex_build::RowMethod::Exact,
         ..test_params()
     };
-    let cpu = octex_build::build(&base, dim, Metric::L2, &params(octex_build::BuildBackend::Cpu)).unwrap();
-    let gpu = octex_build::build(&base, dim, Metric::L2, &params(octex_build::BuildBackend::Gpu)).unwrap();
+    let cpu = octex_build::build(
+        &base,
+        dim,
+        Metric::L2,
+        &params(octex_build::BuildBackend::Cpu),
+    )
+    .unwrap();
+    let gpu = octex_build::build(
+        &base,
+        dim,
+        Metric::L2,
+        &params(octex_build::BuildBackend::Gpu),
+    )
+    .unwrap();
     assert_eq!(cpu.report.backend, "cpu");
     assert_eq!(gpu.report.backend, "gpu");
     // The GPU's row products run on TF32 (relative error ~1e-3), so near-ties
@@ -248,9 +293,19 @@ fn gpu_build_matches_cpu_build() {
         .sum();
     let overlap = shared as f64 / (rc.len() / lt * head) as f64;
     eprintln!("forward heads shared: {overlap:.4}");
-    assert!(overlap > 0.9, "only {overlap} of the forward neighbours agree");
+    assert!(
+        overlap > 0.9,
+        "only {overlap} of the forward neighbours agree"
+    );
     let (ci, gi) = (Index::new(cpu.index), Index::new(gpu.index));
-    for p in [SearchParams::default(), SearchParams { start_points: 16, waves: 1, ..Default::default() }] {
+    for p in [
+        SearchParams::default(),
+        SearchParams {
+            start_points: 16,
+            waves: 1,
+            ..Default::default()
+        },
+    ] {
         let r_cpu = recall(&ci.search(&queries, 10, &p).unwrap().ids, &truth, 10);
         let r_gpu = recall(&gi.search(&queries, 10, &p).unwrap().ids, &truth, 10);
         eprintln!("{p:?}: CPU-built {r_cpu:.4}, GPU-built {r_gpu:.4}");

@@ -154,7 +154,10 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         if resolved.exact_rows { "exact" } else { "search" }
     );
     if octex_kernels::driver_available() && params.backend != BuildBackend::Cpu {
-        println!("a GPU is present: principal coordinates and exact rows (n <= {}) run there", params.gpu_exact_rows_limit);
+        println!(
+            "a GPU is present: principal coordinates and exact rows (n <= {}) run there",
+            params.gpu_exact_rows_limit
+        );
     }
     println!(
         "size estimate before build (upper bound): {}",

@@ -195,8 +195,10 @@ pub fn run(
             "kernel phases at {p:?}, ms per batch of {batch}: projection+init {:.3}, decode+lookup {:.3}, first round {:.3}, waves {:.3}, rerank {:.3}",
             c[0], c[1], c[2], c[3], c[4]
         );
-        phase_rows.push(json!({"params": p, "projection_init_ms": c[0], "decode_lookup_ms": c[1],
-            "first_round_ms": c[2], "waves_ms": c[3], "rerank_ms": c[4]}));
+        phase_rows.push(
+            json!({"params": p, "projection_init_ms": c[0], "decode_lookup_ms": c[1],
+            "first_round_ms": c[2], "waves_ms": c[3], "rerank_ms": c[4]}),
+        );
     }
 
     // Phase times (CUDA events) and CPU parity at the default parameters.
@@ -231,7 +233,12 @@ pub fn run(
     let mut qs = queries[..batch * dim].to_vec();
     if ds.metric()? == Metric::Cosine {
         for v in base.chunks_exact_mut(bdim).chain(qs.chunks_exact_mut(dim)) {
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
+            let n = v
+                .iter()
+                .map(|x| x * x)
+                .sum::<f32>()
+                .sqrt()
+                .max(f32::MIN_POSITIVE);
             v.iter_mut().for_each(|x| *x /= n);
         }
     }
@@ -267,9 +274,12 @@ pub fn run(
             .iter()
             .filter(|p| p["system"] == "octex GPU" && p["recall"].as_f64().unwrap_or(0.0) >= target)
             .collect();
-        let best = ok
-            .iter()
-            .max_by(|a, b| a["qps"].as_f64().unwrap_or(0.0).total_cmp(&b["qps"].as_f64().unwrap_or(0.0)));
+        let best = ok.iter().max_by(|a, b| {
+            a["qps"]
+                .as_f64()
+                .unwrap_or(0.0)
+                .total_cmp(&b["qps"].as_f64().unwrap_or(0.0))
+        });
         let lat = ok
             .iter()
             .filter_map(|p| p["latency100_device_ms"].as_f64())

@@ -8,14 +8,14 @@
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
 mod bench;
-mod synth;
-mod gpu_bench;
 mod build_cmd;
 mod data;
 mod demo;
 mod fetch;
+mod gpu_bench;
 mod plot;
 mod search_cmd;
+mod synth;
 
 use std::path::PathBuf;
 use std::time::Instant;

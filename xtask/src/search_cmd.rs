@@ -52,7 +52,9 @@ pub fn pick_backend(b: Backend) -> Result<&'static str> {
         Backend::Cpu => Ok("cpu"),
         Backend::Auto => Ok(if gpu { "gpu" } else { "cpu" }),
         Backend::Gpu if gpu => Ok("gpu"),
-        Backend::Gpu => bail!("--backend gpu: no CUDA driver or device on this machine; use --backend cpu or auto"),
+        Backend::Gpu => bail!(
+            "--backend gpu: no CUDA driver or device on this machine; use --backend cpu or auto"
+        ),
     }
 }
 

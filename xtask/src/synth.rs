@@ -39,7 +39,14 @@ fn mixture(n: usize, dim: usize, clusters: usize, seed: u64, stream0: u64) -> Ve
     out
 }
 
-pub fn run(name: &str, n: usize, queries: usize, dim: usize, clusters: usize, root: &Path) -> Result<()> {
+pub fn run(
+    name: &str,
+    n: usize,
+    queries: usize,
+    dim: usize,
+    clusters: usize,
+    root: &Path,
+) -> Result<()> {
     let dir = root.join(name);
     std::fs::create_dir_all(&dir)?;
     let t = Instant::now();
@@ -47,12 +54,18 @@ pub fn run(name: &str, n: usize, queries: usize, dim: usize, clusters: usize, ro
     let qs = mixture(queries, dim, clusters, 0x5e7_0001, 1 << 32);
     write_fvecs(&dir.join("base.fvecs"), &base, dim)?;
     write_fvecs(&dir.join("query.fvecs"), &qs, dim)?;
-    println!("{n} + {queries} vectors of {dim} dims in {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "{n} + {queries} vectors of {dim} dims in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let t = Instant::now();
     let k = 10;
     let gt = data::ground_truth(&base, &qs, dim, k, Metric::L2);
     data::write_ids(&dir.join("gt.ivecs"), &gt, k)?;
-    println!("exact top-{k} ground truth in {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "exact top-{k} ground truth in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let m = Manifest {
         name: name.to_string(),
         source: "cargo xtask synth (deterministic)".into(),

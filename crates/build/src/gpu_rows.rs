@@ -79,6 +79,14 @@ pub fn exact_knn(
     // near-ties that swap do not change search recall (the GPU build parity
     // test checks it), at a fraction of the time of f32 products.
     let bf = GpuBruteForce::new(g, x, d)?.with_tf32(true);
+    if let Ok((gemm_ms, topk_ms)) = bf.profile_tile(8_192, k) {
+        tracing::info!(
+            gemm_ms,
+            topk_ms,
+            tiles = n.div_ceil(65_536) * n.div_ceil(8_192),
+            "one tile of the exact rows (8192 queries x 65536 vectors)"
+        );
+    }
     let mut ids = Vec::with_capacity(n * k);
     let mut dists = Vec::with_capacity(n * k);
     for start in (0..n).step_by(ROWS_CHUNK) {

@@ -37,8 +37,8 @@ use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
 
-pub use params::{BuildBackend, BuildParams, ResolvedParams, RowMethod, SizeEstimate};
 use gpu_rows::open_gpu;
+pub use params::{BuildBackend, BuildParams, ResolvedParams, RowMethod, SizeEstimate};
 
 /// Why a build refused its input.
 #[derive(Debug, thiserror::Error)]
@@ -208,7 +208,8 @@ pub fn build(
     let gpu = open_gpu(params.backend)?;
     let exact_rows = match (params.row_method, &gpu) {
         (RowMethod::Auto, Some(_)) => {
-            n <= params.gpu_exact_rows_limit && p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K
+            n <= params.gpu_exact_rows_limit
+                && p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K
         }
         _ => p.exact_rows,
     };

@@ -53,7 +53,8 @@ pub fn build_copy(
     let mut keys = vec![0u64; n];
     let mut checks = vec![0u64; n];
     let mut dists = vec![0f32; n];
-    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut order: Vec<u32> = Vec::with_capacity(n);
+    let mut packed: Vec<(u64, u32, u32)> = Vec::with_capacity(n);
     // The coarser spacing's per-vector keys, its table, its member order and the
     // member range of each stored fragment, for parent lookups.
     let mut parent: Option<Parent> = None;
@@ -69,7 +70,14 @@ pub fn build_copy(
             checks[i] = fk.check;
             dists[i] = d;
         }
-        order.sort_unstable_by_key(|&i| (keys[i as usize], dists[i as usize].to_bits(), i));
+        // Sort packed (key, distance, id) tuples rather than ids through the
+        // arrays: the same order, with sequential instead of random accesses
+        // (an indirect sort of 1M ids took seconds in cache misses).
+        packed.clear();
+        packed.extend((0..n).map(|i| (keys[i], dists[i].to_bits(), i as u32)));
+        packed.sort_unstable();
+        order.clear();
+        order.extend(packed.iter().map(|p| p.2));
         let (finer, coarser) = out.split_at_mut(s + 1);
         let res = &mut finer[s];
         groups.clear();

@@ -34,10 +34,7 @@ fn probe(map: &CopyMap, z: &[f32], spacing: f32, pmin: usize) -> Probe {
         .map(|zr| m.fragment(zr, 0, 0).0.key)
         .collect();
     keys.par_sort_unstable();
-    let mut runs: Vec<usize> = keys
-        .chunk_by(|a, b| a == b)
-        .map(|run| run.len())
-        .collect();
+    let mut runs: Vec<usize> = keys.chunk_by(|a, b| a == b).map(|run| run.len()).collect();
     let total = keys.len();
     let hits: usize = runs.iter().filter(|&&c| c > pmin).sum();
     // The median over vectors of their fragment's size: the size at position
@@ -130,7 +127,10 @@ mod tests {
         for (spacing, pmin) in [(1.5f32, 1usize), (2.5, 1), (3.5, 2)] {
             let mut m = map.clone();
             m.spacings = vec![spacing];
-            let keys: Vec<u64> = z.chunks_exact(cd).map(|r| m.fragment(r, 0, 0).0.key).collect();
+            let keys: Vec<u64> = z
+                .chunks_exact(cd)
+                .map(|r| m.fragment(r, 0, 0).0.key)
+                .collect();
             let mut counts: HashMap<u64, usize> = HashMap::new();
             for &k in &keys {
                 *counts.entry(k).or_insert(0) += 1;

@@ -35,7 +35,9 @@ impl<'g> GpuBruteForce<'g> {
         }
         let n = base.len() / dim;
         if n >= u32::MAX as usize {
-            return Err(GpuError::Unsupported(format!("{n} base vectors exceed u32 ids")));
+            return Err(GpuError::Unsupported(format!(
+                "{n} base vectors exceed u32 ids"
+            )));
         }
         let d_base = gpu.upload(base)?;
         let mut norms = gpu.zeros::<f32>(n)?;
@@ -115,6 +117,46 @@ impl<'g> GpuBruteForce<'g> {
             }
         }
         Ok((ids, dists))
+    }
+
+    /// Device milliseconds of one product and one top-k pass over the first
+    /// tile for `nq` queries (the first base rows), to see which bounds a run.
+    pub fn profile_tile(&self, nq: usize, k: usize) -> Result<(f64, f64), GpuError> {
+        use cudarc::driver::sys::CUevent_flags;
+        let nq = nq.min(self.n);
+        let nt = TILE.min(self.n);
+        let ctx = self.gpu.context();
+        let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+        let (e0, e1, e2) = (ev()?, ev()?, ev()?);
+        let mut dots = self.gpu.zeros::<f32>(nq * nt)?;
+        let mut best = self.gpu.upload(&vec![u64::MAX; nq * k])?;
+        self.gpu.set_tf32(self.tf32)?;
+        let st = self.gpu.stream();
+        for pass in 0..2 {
+            e0.record(st)?;
+            self.gpu.matmul_transposed(
+                &self.base.slice(..nq * self.dim),
+                &self.base.slice(..nt * self.dim),
+                &mut dots.slice_mut(..),
+                (nq, nt, self.dim),
+            )?;
+            e1.record(st)?;
+            self.gpu.topk_tile(
+                &dots.slice(..),
+                (nq, nt),
+                &self.norms.slice(..nt),
+                0,
+                0,
+                k,
+                &mut best.slice_mut(..),
+            )?;
+            e2.record(st)?;
+            if pass == 1 {
+                break;
+            }
+        }
+        self.gpu.set_tf32(false)?;
+        Ok((e0.elapsed_ms(&e1)? as f64, e1.elapsed_ms(&e2)? as f64))
     }
 
     /// The running top-`k` lists (`nq x k` candidates: order key of

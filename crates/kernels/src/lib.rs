@@ -139,7 +139,8 @@ fn cfg(blocks: u32, shared: u32) -> LaunchConfig {
 
 fn blocks_for(items: u64) -> Result<u32, GpuError> {
     let b = items.div_ceil(BLOCK_THREADS as u64);
-    u32::try_from(b).map_err(|_| GpuError::Unsupported(format!("{items} threads is too many for one launch")))
+    u32::try_from(b)
+        .map_err(|_| GpuError::Unsupported(format!("{items} threads is too many for one launch")))
 }
 
 impl Gpu {
@@ -229,12 +230,19 @@ impl Gpu {
     }
 
     /// A zeroed device buffer.
-    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>, GpuError> {
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, GpuError> {
         Ok(self.stream.alloc_zeros::<T>(len.max(1))?)
     }
 
     /// Copy a device buffer (or its first `host.len()` values) to the host.
-    pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>, host: &mut [T]) -> Result<(), GpuError> {
+    pub fn download<T: DeviceRepr>(
+        &self,
+        dev: &CudaSlice<T>,
+        host: &mut [T],
+    ) -> Result<(), GpuError> {
         let n = host.len();
         self.stream.memcpy_dtoh(&dev.slice(..n), host)?;
         Ok(())
@@ -317,7 +325,12 @@ impl Gpu {
     }
 
     /// `x[i][j] -= bias[j]` for `n x m` row-major `x`.
-    pub fn sub_bias(&self, x: &mut CudaViewMut<f32>, n: usize, bias: &CudaSlice<f32>) -> Result<(), GpuError> {
+    pub fn sub_bias(
+        &self,
+        x: &mut CudaViewMut<f32>,
+        n: usize,
+        bias: &CudaSlice<f32>,
+    ) -> Result<(), GpuError> {
         let m = bias.len();
         assert!(x.len() >= n * m);
         let (n32, m32) = (n as u32, m as u32);
@@ -329,7 +342,13 @@ impl Gpu {
     }
 
     /// `out[i] = |x_i|^2` for `n x d` row-major `x`.
-    pub fn row_sq_norms(&self, x: &CudaView<f32>, n: usize, d: usize, out: &mut CudaViewMut<f32>) -> Result<(), GpuError> {
+    pub fn row_sq_norms(
+        &self,
+        x: &CudaView<f32>,
+        n: usize,
+        d: usize,
+        out: &mut CudaViewMut<f32>,
+    ) -> Result<(), GpuError> {
         assert!(x.len() >= n * d && out.len() >= n);
         let (n32, d32) = (n as u32, d as u32);
         let mut b = self.stream.launch_builder(&self.row_sq_norms);
@@ -365,7 +384,11 @@ impl Gpu {
 
     /// The wave search of a batch: one block per query. `batch` must describe
     /// live buffers sized for `nq` queries (see [`layout::BatchView`]).
-    pub fn wave_search(&self, index: &DeviceIndexView, batch: &DeviceBatchView) -> Result<(), GpuError> {
+    pub fn wave_search(
+        &self,
+        index: &DeviceIndexView,
+        batch: &DeviceBatchView,
+    ) -> Result<(), GpuError> {
         let smem = SearchSmem::new(&index.view, &batch.view).total as usize;
         if smem > self.max_smem {
             return Err(GpuError::Unsupported(format!(
@@ -397,13 +420,22 @@ impl Gpu {
         best: &mut CudaViewMut<u64>,
     ) -> Result<(), GpuError> {
         if k == 0 || k > MAX_TOPK as usize {
-            return Err(GpuError::Unsupported(format!("GPU top-k needs 1 <= k <= {MAX_TOPK}, got {k}")));
+            return Err(GpuError::Unsupported(format!(
+                "GPU top-k needs 1 <= k <= {MAX_TOPK}, got {k}"
+            )));
         }
         assert!(dots.len() >= nq * nt && norms.len() >= nt && best.len() >= nq * k);
         let smem = 8 * (BLOCK_THREADS as usize + 2 + TOPK_CANDIDATES);
         let (nq32, nt32, k32) = (nq as u32, nt as u32, k as u32);
         let mut b = self.stream.launch_builder(&self.topk_tile);
-        b.arg(dots).arg(&nq32).arg(&nt32).arg(norms).arg(&tile_base).arg(&self_base).arg(&k32).arg(best);
+        b.arg(dots)
+            .arg(&nq32)
+            .arg(&nt32)
+            .arg(norms)
+            .arg(&tile_base)
+            .arg(&self_base)
+            .arg(&k32)
+            .arg(best);
         // SAFETY: sizes asserted above.
         unsafe { b.launch(cfg(nq32, smem as u32)) }?;
         Ok(())
@@ -469,7 +501,13 @@ mod tests {
     fn ptx_targets_sm90_and_has_every_kernel() {
         assert!(PTX.contains(".target sm_90"), "PTX target");
         let e = entries(PTX);
-        for k in ["wave_search", "fragment_keys", "sub_bias", "row_sq_norms", "topk_tile"] {
+        for k in [
+            "wave_search",
+            "fragment_keys",
+            "sub_bias",
+            "row_sq_norms",
+            "topk_tile",
+        ] {
             assert!(e.iter().any(|x| x == k), "missing kernel {k} in {e:?}");
         }
     }
@@ -502,8 +540,14 @@ mod tests {
         let at = p.find(".entry wave_search(").unwrap();
         let rest = &p[at..];
         let bounds = rest.find(".maxntid 256, 1, 1\n.minnctapersm 3\n{").unwrap();
-        assert!(rest[..bounds].contains(".param"), "bounds must follow the parameters");
-        assert_eq!(p.len(), PTX.len() + ".maxntid 256, 1, 1\n.minnctapersm 3\n".len());
+        assert!(
+            rest[..bounds].contains(".param"),
+            "bounds must follow the parameters"
+        );
+        assert_eq!(
+            p.len(),
+            PTX.len() + ".maxntid 256, 1, 1\n.minnctapersm 3\n".len()
+        );
     }
 
     #[test]
@@ -524,6 +568,9 @@ mod tests {
             eprintln!("a GPU is present: the no-driver path is not exercised here");
             return;
         }
-        assert!(matches!(Gpu::open(0), Err(GpuError::NoDriver) | Err(GpuError::NoDevice(..))));
+        assert!(matches!(
+            Gpu::open(0),
+            Err(GpuError::NoDriver) | Err(GpuError::NoDevice(..))
+        ));
     }
 }

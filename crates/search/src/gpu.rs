@@ -20,12 +20,12 @@ use std::time::Instant;
 
 use cudarc::driver::{sys, CudaEvent, CudaGraph, CudaSlice};
 use octex_index::RerankView;
-pub use octex_kernels::GpuError;
 use octex_kernels::layout::{
     BatchView, IndexView, SearchSmem, MAX_HASH_SLOTS, STAT_COPIES_WITHOUT_FRAGMENT,
     STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES, STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES,
     STAT_SLOTS,
 };
+pub use octex_kernels::GpuError;
 use octex_kernels::{device_address, DeviceBatchView, DeviceIndexView, Gpu};
 
 use crate::{Index, SearchError, SearchParams, SearchResults, SearchStats};
@@ -258,7 +258,14 @@ impl Index {
 }
 
 /// Sizes of one search on the device.
-fn batch_view(ix: &IndexView, b: &BatchBuffers, nq: usize, k: usize, p: &SearchParams, s: &Gpu) -> BatchView {
+fn batch_view(
+    ix: &IndexView,
+    b: &BatchBuffers,
+    nq: usize,
+    k: usize,
+    p: &SearchParams,
+    s: &Gpu,
+) -> BatchView {
     let r = p.read_depth.min(ix.list_len as usize) as u32;
     let (sp, w, lt) = (p.start_points as u32, p.waves as u32, ix.row_len);
     let keep = (p.rerank as u32).max(sp * w).max(sp).max(k as u32);
@@ -311,7 +318,12 @@ impl GpuSearcher<'_> {
 
     /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query:
     /// the same contract and results layout as [`Index::search`].
-    pub fn search(&mut self, queries: &[f32], k: usize, p: &SearchParams) -> Result<SearchResults, SearchError> {
+    pub fn search(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
         self.search_inner(queries, k, p, None)
     }
 
@@ -339,7 +351,10 @@ impl GpuSearcher<'_> {
             .ok_or_else(|| SearchError::Params("no batch searched yet".into()))?;
         let st = self.gpu.stream();
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let (a, b) = (self.gpu.context().new_event(flags)?, self.gpu.context().new_event(flags)?);
+        let (a, b) = (
+            self.gpu.context().new_event(flags)?,
+            self.gpu.context().new_event(flags)?,
+        );
         graph.launch()?;
         a.record(st)?;
         for _ in 0..reps {
@@ -378,7 +393,10 @@ impl GpuSearcher<'_> {
         .enumerate()
         {
             self.stop_after = stop;
-            let r = self.search(batch, k, p).map(|_| ()).and_then(|_| self.replay_seconds(reps));
+            let r = self
+                .search(batch, k, p)
+                .map(|_| ())
+                .and_then(|_| self.replay_seconds(reps));
             self.stop_after = 0;
             cumulative[i] = r? * 1e3;
         }
@@ -407,8 +425,16 @@ impl GpuSearcher<'_> {
             let n = self.max_batch.min(nq - start);
             let mut stored = std::mem::take(&mut self.stored);
             let mut norms = std::mem::take(&mut self.norms);
-            index.prepare(&queries[start * qdim..(start + n) * qdim], &mut stored, &mut norms, false)?;
-            let (bi, bd) = (&mut ids[start * k..(start + n) * k], &mut dists[start * k..(start + n) * k]);
+            index.prepare(
+                &queries[start * qdim..(start + n) * qdim],
+                &mut stored,
+                &mut norms,
+                false,
+            )?;
+            let (bi, bd) = (
+                &mut ids[start * k..(start + n) * k],
+                &mut dists[start * k..(start + n) * k],
+            );
             let st = self.run_batch(&stored[..n * sdim], n, k, p, bi, bd, times.as_deref_mut())?;
             for (i, d) in bd.chunks_exact_mut(k).enumerate() {
                 for v in d {
@@ -440,7 +466,12 @@ impl GpuSearcher<'_> {
     ) -> Result<SearchStats, SearchError> {
         if k > self.buffers.k_cap {
             self.graphs.clear();
-            self.buffers = BatchBuffers::new(&self.gpu, &self.dev.view.view, self.max_batch, k.next_power_of_two())?;
+            self.buffers = BatchBuffers::new(
+                &self.gpu,
+                &self.dev.view.view,
+                self.max_batch,
+                k.next_power_of_two(),
+            )?;
         }
         let view = BatchView {
             stop_after: self.stop_after,
@@ -457,9 +488,18 @@ impl GpuSearcher<'_> {
             )));
         }
         let st = self.gpu.stream().clone();
-        let ev = |g: &Gpu| g.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let ev = |g: &Gpu| {
+            g.context()
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        };
         let events: Option<[CudaEvent; 5]> = match times {
-            Some(_) => Some([ev(&self.gpu)?, ev(&self.gpu)?, ev(&self.gpu)?, ev(&self.gpu)?, ev(&self.gpu)?]),
+            Some(_) => Some([
+                ev(&self.gpu)?,
+                ev(&self.gpu)?,
+                ev(&self.gpu)?,
+                ev(&self.gpu)?,
+                ev(&self.gpu)?,
+            ]),
             None => None,
         };
         let record = |i: usize| -> Result<(), GpuError> {
@@ -542,7 +582,12 @@ fn project(g: &Gpu, dev: &DeviceIndex, b: &mut BatchBuffers, nq: usize) -> Resul
 }
 
 /// Capture projection and search of one batch shape as a CUDA graph.
-fn capture(g: &Gpu, dev: &DeviceIndex, b: &mut BatchBuffers, nq: usize) -> Result<CudaGraph, GpuError> {
+fn capture(
+    g: &Gpu,
+    dev: &DeviceIndex,
+    b: &mut BatchBuffers,
+    nq: usize,
+) -> Result<CudaGraph, GpuError> {
     let st = g.stream().clone();
     st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     let launched = project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view));

@@ -39,7 +39,7 @@ use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 
 use e8::decode_e8;
-use key::{KeyHasher, EMPTY_KEY};
+use key::{EMPTY_KEY, KeyHasher};
 use layout::*;
 
 const T: u32 = BLOCK_THREADS;
@@ -213,7 +213,8 @@ unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32, blocks: u3
     for b in 0..blocks as usize {
         let o = 8 * b;
         // SAFETY: z and shift hold 8 * blocks values.
-        let y: [f32; 8] = core::array::from_fn(|i| unsafe { *z.add(o + i) * inv + *shift.add(o + i) });
+        let y: [f32; 8] =
+            core::array::from_fn(|i| unsafe { *z.add(o + i) * inv + *shift.add(o + i) });
         let (p, d) = decode_e8(&y);
         for i in 0..4 {
             h.push_pair(p[2 * i], p[2 * i + 1]);
@@ -393,7 +394,13 @@ unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) 
 /// Mark the first `S` unexpanded entries of `buf[..nbest]` expanded and list
 /// their ids in `starts`; returns how many (block-uniform).
 #[inline(always)]
-unsafe fn select_starts(buf: *mut u64, nbest: u32, s_max: u32, starts: *mut u32, warp_sums: *mut u32) -> u32 {
+unsafe fn select_starts(
+    buf: *mut u64,
+    nbest: u32,
+    s_max: u32,
+    starts: *mut u32,
+    warp_sums: *mut u32,
+) -> u32 {
     let t = tid();
     let (lane, warp) = (t & 31, t >> 5);
     let mut found = 0u32;
@@ -402,7 +409,11 @@ unsafe fn select_starts(buf: *mut u64, nbest: u32, s_max: u32, starts: *mut u32,
         let i = chunk + t;
         // SAFETY: i < nbest <= buffer length; warp_sums has T/32 slots.
         unsafe {
-            let entry = if i < nbest { *buf.add(i as usize) } else { u64::MAX };
+            let entry = if i < nbest {
+                *buf.add(i as usize)
+            } else {
+                u64::MAX
+            };
             let flag = i < nbest && (entry as u32 & EXPANDED_BIT) == 0;
             let votes = ballot(flag);
             let below = (votes & ((1u32 << lane) - 1)).count_ones();
@@ -481,8 +492,10 @@ unsafe fn gather(
     }
 }
 
-/// Score the `n` fresh ids and append those whose key beats `threshold`; two
-/// rows per thread at a time, so their loads are in flight together.
+/// Score the `n` fresh ids and append those whose key beats `threshold`.
+/// (Scoring two rows per thread with their loads interleaved measured slower
+/// on the H200: rounds hold a few hundred fresh ids, so it idled half the
+/// threads.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn score_fresh(
@@ -500,57 +513,16 @@ unsafe fn score_fresh(
     while i < n {
         // SAFETY: i < n <= fresh_len; pushes stay under buf_len (sizes).
         unsafe {
-            let second = i + T < n;
-            let a = *fresh.add(i as usize);
-            let b = if second { *fresh.add((i + T) as usize) } else { a };
-            let (da, db) = sketch_distance_pair(ix, qs, scales, a, b);
-            counts.sketch += 1 + second as u32;
-            if f32_order_key(da) < threshold {
+            let id = *fresh.add(i as usize);
+            let d = sketch_distance(ix, qs, scales, id);
+            counts.sketch += 1;
+            if f32_order_key(d) < threshold {
                 let pos = add_shared(count, 1);
-                *buf.add(pos as usize) = candidate(da, a);
-            }
-            if second && f32_order_key(db) < threshold {
-                let pos = add_shared(count, 1);
-                *buf.add(pos as usize) = candidate(db, b);
+                *buf.add(pos as usize) = candidate(d, id);
             }
         }
-        i += 2 * T;
+        i += T;
     }
-}
-
-/// Sketch distances of two vectors, all loads of both rows issued first.
-#[inline(always)]
-unsafe fn sketch_distance_pair(ix: &IndexView, qs: *const f32, scales: *const f32, a: u32, b: u32) -> (f32, f32) {
-    let w = ix.sketch_width as usize;
-    let (mut acc_a, mut acc_b) = (0.0f32, 0.0f32);
-    // SAFETY: as in `sketch_distance`.
-    unsafe {
-        let ra = (ix.sketch as *const u8).add(a as usize * w);
-        let rb = (ix.sketch as *const u8).add(b as usize * w);
-        let mut wa = [[0u32; 4]; SKETCH_CHUNKS];
-        let mut wb = [[0u32; 4]; SKETCH_CHUNKS];
-        for c in 0..SKETCH_CHUNKS {
-            if 16 * c < w {
-                wa[c] = load16_nc(ra.add(16 * c));
-                wb[c] = load16_nc(rb.add(16 * c));
-            }
-        }
-        for c in 0..SKETCH_CHUNKS {
-            if 16 * c < w {
-                for wi in 0..4 {
-                    for byte in 0..4 {
-                        let j = 16 * c + 4 * wi + byte;
-                        let (qj, sj) = (*qs.add(j), *scales.add(j));
-                        let da = qj - sj * ((wa[c][wi] >> (8 * byte)) as u8 as i8 as f32);
-                        let db = qj - sj * ((wb[c][wi] >> (8 * byte)) as u8 as i8 as f32);
-                        acc_a += da * da;
-                        acc_b += db * db;
-                    }
-                }
-            }
-        }
-    }
-    (acc_a, acc_b)
 }
 
 /// Wait for the round's gather, then score its fresh ids.
@@ -649,7 +621,11 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
         i = t;
         while i < w {
             let pcs = bt.pcs as *const f32;
-            *qs.add(i as usize) = if i < m { *pcs.add((qi * m + i) as usize) } else { 0.0 };
+            *qs.add(i as usize) = if i < m {
+                *pcs.add((qi * m + i) as usize)
+            } else {
+                0.0
+            };
             *scales.add(i as usize) = *(ix.sketch_scales as *const f32).add(i as usize);
             i += T;
         }
@@ -713,8 +689,26 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
                 *ripples.add((frag as u64 * l + (e % r) as u64) as usize)
             }
         };
-        gather(ix.copies * r, load_ripple, hash, mask, fresh, fresh_count, &mut counts.first_round);
-        score_round(&ix, qs, scales, fresh, fresh_count, buf, count, u32::MAX, &mut counts);
+        gather(
+            ix.copies * r,
+            load_ripple,
+            hash,
+            mask,
+            fresh,
+            fresh_count,
+            &mut counts.first_round,
+        );
+        score_round(
+            &ix,
+            qs,
+            scales,
+            fresh,
+            fresh_count,
+            buf,
+            count,
+            u32::MAX,
+            &mut counts,
+        );
         sync();
         let found = core::ptr::read_volatile(count);
         let seeded = found < bt.start_points;
@@ -722,8 +716,26 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             reset_counter(fresh_count);
             let seeds = ix.seeds as *const u32;
             let mut unused = 0;
-            gather(ix.n_seeds, |e| *seeds.add(e as usize), hash, mask, fresh, fresh_count, &mut unused);
-            score_round(&ix, qs, scales, fresh, fresh_count, buf, count, u32::MAX, &mut counts);
+            gather(
+                ix.n_seeds,
+                |e| *seeds.add(e as usize),
+                hash,
+                mask,
+                fresh,
+                fresh_count,
+                &mut unused,
+            );
+            score_round(
+                &ix,
+                qs,
+                scales,
+                fresh,
+                fresh_count,
+                buf,
+                count,
+                u32::MAX,
+                &mut counts,
+            );
         }
         let mut nbest = sort_and_trim(buf, count, bt.keep);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
@@ -749,8 +761,26 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
                 let u = *starts.add((e / lt) as usize);
                 *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
             };
-            gather(ns * lt, load_row, hash, mask, fresh, fresh_count, &mut counts.row_entries);
-            score_round(&ix, qs, scales, fresh, fresh_count, buf, count, threshold, &mut counts);
+            gather(
+                ns * lt,
+                load_row,
+                hash,
+                mask,
+                fresh,
+                fresh_count,
+                &mut counts.row_entries,
+            );
+            score_round(
+                &ix,
+                qs,
+                scales,
+                fresh,
+                fresh_count,
+                buf,
+                count,
+                threshold,
+                &mut counts,
+            );
             nbest = sort_and_trim(buf, count, bt.keep);
             wave += 1;
         }
@@ -795,12 +825,24 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
         sync();
         if t == 0 {
             let stats = bt.stats as *mut u64;
-            add_global_u64(stats.add(STAT_FIRST_ROUND_ENTRIES), *ctr.add(CTR_FIRST_ROUND) as u64);
-            add_global_u64(stats.add(STAT_COPIES_WITHOUT_FRAGMENT), *ctr.add(CTR_NO_FRAGMENT) as u64);
-            add_global_u64(stats.add(STAT_SKETCH_DISTANCES), *ctr.add(CTR_SKETCH) as u64);
+            add_global_u64(
+                stats.add(STAT_FIRST_ROUND_ENTRIES),
+                *ctr.add(CTR_FIRST_ROUND) as u64,
+            );
+            add_global_u64(
+                stats.add(STAT_COPIES_WITHOUT_FRAGMENT),
+                *ctr.add(CTR_NO_FRAGMENT) as u64,
+            );
+            add_global_u64(
+                stats.add(STAT_SKETCH_DISTANCES),
+                *ctr.add(CTR_SKETCH) as u64,
+            );
             add_global_u64(stats.add(STAT_EXACT_DISTANCES), nr as u64);
             add_global_u64(stats.add(STAT_SEEDED_QUERIES), seeded as u64);
-            add_global_u64(stats.add(STAT_ROW_ENTRIES), *ctr.add(CTR_ROW_ENTRIES) as u64);
+            add_global_u64(
+                stats.add(STAT_ROW_ENTRIES),
+                *ctr.add(CTR_ROW_ENTRIES) as u64,
+            );
         }
     }
 }
@@ -901,7 +943,11 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         let t = tid();
         let k = k.min(MAX_TOPK);
         let ku = k as usize;
-        let skip = if self_base == u32::MAX { u32::MAX } else { self_base.wrapping_add(q) };
+        let skip = if self_base == u32::MAX {
+            u32::MAX
+        } else {
+            self_base.wrapping_add(q)
+        };
         let own = best.add(q as usize * ku);
         let prev_worst = *own.add(ku - 1);
         let mut local = [u64::MAX; MAX_TOPK as usize];
@@ -949,7 +995,11 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
                 core::ptr::write_volatile(counter, 0);
             }
             sync();
-            let mine = local.iter().take(ku).filter(|v| **v <= x && **v != u64::MAX).count() as u32;
+            let mine = local
+                .iter()
+                .take(ku)
+                .filter(|v| **v <= x && **v != u64::MAX)
+                .count() as u32;
             if mine > 0 {
                 add_shared(counter, mine);
             }
@@ -994,7 +1044,11 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         sort_prefix(cand, n);
         let mut j = t;
         while j < k {
-            *own.add(j as usize) = if j < n { *cand.add(j as usize) } else { u64::MAX };
+            *own.add(j as usize) = if j < n {
+                *cand.add(j as usize)
+            } else {
+                u64::MAX
+            };
             j += T;
         }
     }

@@ -291,142 +291,162 @@ pub fn build(
     tracing::info!(spacings = ?map.spacings, hit_rates = ?choice.hit_rates, median_sizes = ?choice.median_sizes, "spacings chosen");
     let nsp = map.spacings.len();
 
-    // Fragment ripples, copy by copy.
-    let pb = bar(p.copies, "ripples", params.progress);
-    let per_copy: Vec<Vec<ripples::SpacingRipples>> = report.phase("ripples", || {
-        (0..p.copies)
-            .into_par_iter()
-            .map(|c| {
-                let z = project_copy(&pcs, &map, c, None);
-                let r = ripples::build_copy(&map, c, &z, p.list_len, p.min_fragment);
-                pb.inc(1);
-                r
-            })
-            .collect()
-    });
-    pb.finish_and_clear();
-
-    // Sketch: the first w principal coordinates (zero beyond m).
-    let w = p.sketch_width;
-    let (sketch_scales, sketch_rows) = report.phase("sketch", || {
-        let coords: Vec<f32> = pcs
-            .par_chunks(m)
-            .flat_map_iter(|r| (0..w).map(move |j| if j < m { r[j] } else { 0.0 }))
-            .collect();
-        let sampled: Vec<f32> = sample
-            .iter()
-            .flat_map(|&r| coords[r * w..(r + 1) * w].to_vec())
-            .collect();
-        let scales = sketch::fit_scales(&sampled, w);
-        let rows = sketch::encode(&coords, &scales);
-        (scales, rows)
-    });
-    drop(pcs);
-
-    report.fragments = vec![0; nsp];
-    report.short_fragments = vec![0; nsp];
-    for copy in &per_copy {
-        for (s, sr) in copy.iter().enumerate() {
-            report.fragments[s] += sr.keys.len();
-            report.short_fragments[s] += sr.short;
-            report.key_collisions += sr.collisions;
-        }
-    }
-    let mut parts = report.phase("assemble", || {
-        let mut tables = Vec::with_capacity(p.copies * nsp);
-        let mut table_keys = Vec::new();
-        let mut table_slots = Vec::new();
-        let mut ripples = Vec::new();
-        for copy in &per_copy {
-            for sr in copy.iter() {
-                let (sk, si) = octex_index::table::build_table(&sr.keys);
-                tables.push(TableEntry {
-                    slot_offset: table_keys.len() as u64,
-                    capacity: sk.len() as u64,
-                    ripple_base: (ripples.len() / p.list_len) as u64,
-                    fragments: sr.keys.len() as u64,
-                });
-                table_keys.extend_from_slice(&sk);
-                table_slots.extend_from_slice(&si);
-                ripples.extend_from_slice(&sr.ripples);
-            }
-        }
-        let vectors = match p.vector_dtype {
-            VectorDtype::F16 => {
-                RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
-            }
-            VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
-        };
-        let header = IndexHeader {
-            crate_version: env!("CARGO_PKG_VERSION").to_string(),
-            metric,
-            n: n as u64,
-            input_dim: dim as u32,
-            dim: sdim as u32,
-            basis_dim: m as u32,
-            rotation_dim: m_copy as u32,
-            copies: p.copies as u32,
-            blocks: p.blocks as u32,
-            spacings: nsp as u32,
-            list_len: p.list_len as u32,
-            min_fragment: p.min_fragment as u32,
-            sketch_width: w as u32,
-            row_len: p.row_len as u32,
-            vector_dtype: p.vector_dtype,
-            max_norm,
-            seed: p.seed,
-            build_params: serde_json::to_string(&p).unwrap_or_default(),
-            sections: Vec::new(),
-        };
-        IndexParts {
-            header,
-            mean: pca.mean.clone(),
-            basis: map.basis.clone(),
-            basis_bias: map.basis_bias.clone(),
-            rotation: map.rotation.clone(),
-            shifts: map.shifts.clone(),
-            spacings: map.spacings.clone(),
-            sketch_scales,
-            sketch: sketch_rows,
-            rows: Vec::new(),
-            tables,
-            table_keys,
-            table_slots,
-            ripples,
-            vectors,
-        }
-    });
-    drop(per_copy);
-
-    // Neighbour rows: exact k-NN, or two passes of the index's own search.
+    // Neighbour rows need only the vectors: on the GPU they run on a thread of
+    // their own, overlapped with the ripples, sketch and assembly on the CPU
+    // cores (the build takes the longer of the two, not their sum).
     let shape = rows::RowShape {
         row_len: p.row_len,
         forward_head: p.forward_head,
         reverse_max: p.reverse_max,
         reverse_source: p.reverse_source,
     };
+    let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
     let pb = bar(n, "neighbour rows", params.progress);
-    parts.rows = if let (true, Some(g)) = (exact_rows, &gpu) {
-        report.phase("rows_exact_gpu", || {
-            let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
-            let (ids, dists) = gpu_rows::exact_knn(g, x, sdim, k_fwd, &pb)?;
-            Ok::<_, BuildError>(rows::assemble(&ids, &dists, k_fwd, shape))
-        })?
-    } else if exact_rows {
-        report.phase("rows_exact", || {
-            let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
-            let (ids, dists) =
-                knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| {
-                    pb.inc(done as u64)
-                });
-            rows::assemble(&ids, &dists, k_fwd, shape)
-        })
-    } else {
-        report.phase("rows_search", || {
-            search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb)
-        })?
-    };
-    pb.finish_and_clear();
+    let parts = std::thread::scope(|scope| -> Result<IndexParts, BuildError> {
+        let gpu_rows_job = match (&gpu, exact_rows) {
+            (Some(g), true) => {
+                let pb = &pb;
+                Some(scope.spawn(move || {
+                    let t = Instant::now();
+                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, pb);
+                    (found, t.elapsed().as_secs_f64())
+                }))
+            }
+            _ => None,
+        };
+        // Fragment ripples, copy by copy.
+        let pb_ripples = bar(p.copies, "ripples", params.progress);
+        let per_copy: Vec<Vec<ripples::SpacingRipples>> = report.phase("ripples", || {
+            (0..p.copies)
+                .into_par_iter()
+                .map(|c| {
+                    let z = project_copy(&pcs, &map, c, None);
+                    let r = ripples::build_copy(&map, c, &z, p.list_len, p.min_fragment);
+                    pb_ripples.inc(1);
+                    r
+                })
+                .collect()
+        });
+        pb_ripples.finish_and_clear();
+
+        // Sketch: the first w principal coordinates (zero beyond m).
+        let w = p.sketch_width;
+        let (sketch_scales, sketch_rows) = report.phase("sketch", || {
+            let coords: Vec<f32> = pcs
+                .par_chunks(m)
+                .flat_map_iter(|r| (0..w).map(move |j| if j < m { r[j] } else { 0.0 }))
+                .collect();
+            let sampled: Vec<f32> = sample
+                .iter()
+                .flat_map(|&r| coords[r * w..(r + 1) * w].to_vec())
+                .collect();
+            let scales = sketch::fit_scales(&sampled, w);
+            let rows = sketch::encode(&coords, &scales);
+            (scales, rows)
+        });
+        drop(pcs);
+
+        report.fragments = vec![0; nsp];
+        report.short_fragments = vec![0; nsp];
+        for copy in &per_copy {
+            for (s, sr) in copy.iter().enumerate() {
+                report.fragments[s] += sr.keys.len();
+                report.short_fragments[s] += sr.short;
+                report.key_collisions += sr.collisions;
+            }
+        }
+        let parts = report.phase("assemble", || {
+            let mut tables = Vec::with_capacity(p.copies * nsp);
+            let mut table_keys = Vec::new();
+            let mut table_slots = Vec::new();
+            let mut ripples = Vec::new();
+            for copy in &per_copy {
+                for sr in copy.iter() {
+                    let (sk, si) = octex_index::table::build_table(&sr.keys);
+                    tables.push(TableEntry {
+                        slot_offset: table_keys.len() as u64,
+                        capacity: sk.len() as u64,
+                        ripple_base: (ripples.len() / p.list_len) as u64,
+                        fragments: sr.keys.len() as u64,
+                    });
+                    table_keys.extend_from_slice(&sk);
+                    table_slots.extend_from_slice(&si);
+                    ripples.extend_from_slice(&sr.ripples);
+                }
+            }
+            let vectors = match p.vector_dtype {
+                VectorDtype::F16 => {
+                    RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
+                }
+                VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
+            };
+            let header = IndexHeader {
+                crate_version: env!("CARGO_PKG_VERSION").to_string(),
+                metric,
+                n: n as u64,
+                input_dim: dim as u32,
+                dim: sdim as u32,
+                basis_dim: m as u32,
+                rotation_dim: m_copy as u32,
+                copies: p.copies as u32,
+                blocks: p.blocks as u32,
+                spacings: nsp as u32,
+                list_len: p.list_len as u32,
+                min_fragment: p.min_fragment as u32,
+                sketch_width: w as u32,
+                row_len: p.row_len as u32,
+                vector_dtype: p.vector_dtype,
+                max_norm,
+                seed: p.seed,
+                build_params: serde_json::to_string(&p).unwrap_or_default(),
+                sections: Vec::new(),
+            };
+            IndexParts {
+                header,
+                mean: pca.mean.clone(),
+                basis: map.basis.clone(),
+                basis_bias: map.basis_bias.clone(),
+                rotation: map.rotation.clone(),
+                shifts: map.shifts.clone(),
+                spacings: map.spacings.clone(),
+                sketch_scales,
+                sketch: sketch_rows,
+                rows: Vec::new(),
+                tables,
+                table_keys,
+                table_slots,
+                ripples,
+                vectors,
+            }
+        });
+        drop(per_copy);
+
+        let mut parts = parts;
+        parts.rows = match gpu_rows_job {
+            Some(job) => {
+                let (found, secs) = job.join().expect("the GPU rows thread panicked");
+                let (ids, dists) = found?;
+                report
+                    .phases
+                    .push(("rows_exact_gpu (overlapped)".to_string(), secs));
+                report.phase("rows_assemble", || {
+                    rows::assemble(&ids, &dists, k_fwd, shape)
+                })
+            }
+            None if exact_rows => report.phase("rows_exact", || {
+                let (ids, dists) =
+                    knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| {
+                        pb.inc(done as u64)
+                    });
+                rows::assemble(&ids, &dists, k_fwd, shape)
+            }),
+            None => report.phase("rows_search", || {
+                search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb)
+            })?,
+        };
+        pb.finish_and_clear();
+        Ok(parts)
+    })?;
     let index = report.phase("finish", || Index::from_parts(parts))?;
     report.sizes = sizes_of(&index);
     report.spacings = map.spacings.clone();

@@ -418,7 +418,7 @@ pub fn plot_results(r: &Value, out: &Path) -> Result<()> {
         .filter_map(|p| p["system"].as_str().map(String::from))
         .collect();
     names.dedup();
-    let series: Vec<Series> = names
+    let mut series: Vec<Series> = names
         .iter()
         .map(|s| {
             let pts: Vec<(f64, f64)> = points
@@ -437,5 +437,30 @@ pub fn plot_results(r: &Value, out: &Path) -> Result<()> {
             }
         })
         .collect();
+    // Reference figures carried in the results (cuVS on the same kind of GPU,
+    // from issue 5), drawn as their own series and named as not measured here.
+    if let Some(refs) = r["cuvs_reference_issue5"].as_array() {
+        let mut systems: Vec<String> = refs
+            .iter()
+            .filter_map(|p| p["system"].as_str().map(String::from))
+            .collect();
+        systems.dedup();
+        for sys in systems {
+            let pts: Vec<(f64, f64)> = refs
+                .iter()
+                .filter(|p| p["system"] == sys.as_str())
+                .map(|p| {
+                    (
+                        p["recall"].as_f64().unwrap_or(0.0),
+                        p["qps"].as_f64().unwrap_or(0.0),
+                    )
+                })
+                .collect();
+            series.push(Series {
+                name: format!("{sys} (issue 5 figures, not this run)"),
+                points: frontier(&pts),
+            });
+        }
+    }
     pareto_png(out, &plot_title(r), &series)
 }

@@ -24,8 +24,10 @@
 
 pub mod brute;
 pub mod layout;
+pub mod pinned;
 
 pub use brute::GpuBruteForce;
+pub use pinned::PinnedBuf;
 
 use std::sync::Arc;
 

@@ -30,6 +30,9 @@ use octex_kernels::{device_address, DeviceBatchView, DeviceIndexView, Gpu};
 
 use crate::{Index, SearchError, SearchParams, SearchResults, SearchStats};
 
+mod pipeline;
+use pipeline::Slot;
+
 /// Where and how large the GPU backend runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
@@ -87,7 +90,13 @@ pub struct GpuSearcher<'a> {
     index: &'a Index,
     gpu: Gpu,
     dev: DeviceIndex,
-    buffers: BatchBuffers,
+    /// Two pipeline slots (device and page-locked buffers); the profiled path
+    /// uses the first.
+    slots: Vec<Slot>,
+    /// Uploads of the next batch run here, beside the compute stream.
+    copy_stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    /// The slot of the last batch (what `replay_seconds` replays).
+    last_slot: usize,
     graphs: HashMap<BatchView, CudaGraph>,
     max_batch: usize,
     stored: Vec<f32>,
@@ -235,7 +244,11 @@ impl Index {
         let t = Instant::now();
         let dev = DeviceIndex::upload(&gpu, self)?;
         let max_batch = opts.max_batch.max(1);
-        let buffers = BatchBuffers::new(&gpu, &dev.view.view, max_batch, 16)?;
+        let slots = vec![
+            Slot::new(&gpu, &dev.view.view, max_batch, 16)?,
+            Slot::new(&gpu, &dev.view.view, max_batch, 16)?,
+        ];
+        let copy_stream = gpu.context().new_stream()?;
         gpu.synchronize()?;
         tracing::info!(
             device = %gpu.describe(),
@@ -247,7 +260,9 @@ impl Index {
             index: self,
             gpu,
             dev,
-            buffers,
+            slots,
+            copy_stream,
+            last_slot: 0,
             graphs: HashMap::new(),
             max_batch,
             stored: Vec::new(),
@@ -312,7 +327,14 @@ impl GpuSearcher<'_> {
 
     /// Shared memory one query's block needs with these parameters.
     pub fn shared_memory_per_query(&self, k: usize, p: &SearchParams) -> usize {
-        let v = batch_view(&self.dev.view.view, &self.buffers, 1, k, p, &self.gpu);
+        let v = batch_view(
+            &self.dev.view.view,
+            &self.slots[0].buffers,
+            1,
+            k,
+            p,
+            &self.gpu,
+        );
         SearchSmem::new(&self.dev.view.view, &v).total as usize
     }
 
@@ -344,7 +366,7 @@ impl GpuSearcher<'_> {
     /// call) `reps` times and return the device seconds per replay: throughput
     /// with the queries resident, as GPU ANN benchmarks report it.
     pub fn replay_seconds(&mut self, reps: usize) -> Result<f64, SearchError> {
-        let view = self.buffers.view.view;
+        let view = self.slots[self.last_slot].buffers.view.view;
         let graph = self
             .graphs
             .get(&view)
@@ -407,6 +429,19 @@ impl GpuSearcher<'_> {
         Ok(out)
     }
 
+    /// Grow the result buffers of both slots for `k` (dropping the graphs,
+    /// which point at the old buffers).
+    fn ensure_k(&mut self, k: usize) -> Result<(), SearchError> {
+        if k > self.slots[0].buffers.k_cap {
+            self.graphs.clear();
+            let cap = k.next_power_of_two();
+            for slot in &mut self.slots {
+                *slot = Slot::new(&self.gpu, &self.dev.view.view, self.max_batch, cap)?;
+            }
+        }
+        Ok(())
+    }
+
     fn search_inner(
         &mut self,
         queries: &[f32],
@@ -419,6 +454,15 @@ impl GpuSearcher<'_> {
         let nq = index.check(queries, k, p, qdim)?;
         let mut ids = vec![0u32; nq * k];
         let mut dists = vec![0f32; nq * k];
+        if times.is_none() {
+            let stats = self.search_pipelined(queries, nq, k, p, &mut ids, &mut dists)?;
+            return Ok(SearchResults {
+                k,
+                ids,
+                distances: dists,
+                stats,
+            });
+        }
         let mut stats = SearchStats::default();
         let sdim = index.raw.dim();
         for start in (0..nq).step_by(self.max_batch) {
@@ -464,18 +508,19 @@ impl GpuSearcher<'_> {
         out_dists: &mut [f32],
         times: Option<&mut GpuPhaseTimes>,
     ) -> Result<SearchStats, SearchError> {
-        if k > self.buffers.k_cap {
-            self.graphs.clear();
-            self.buffers = BatchBuffers::new(
-                &self.gpu,
-                &self.dev.view.view,
-                self.max_batch,
-                k.next_power_of_two(),
-            )?;
-        }
+        self.ensure_k(k)?;
+        self.last_slot = 0;
+        self.slots[0].view_on_device = None;
         let view = BatchView {
             stop_after: self.stop_after,
-            ..batch_view(&self.dev.view.view, &self.buffers, nq, k, p, &self.gpu)
+            ..batch_view(
+                &self.dev.view.view,
+                &self.slots[0].buffers,
+                nq,
+                k,
+                p,
+                &self.gpu,
+            )
         };
         let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
         if smem > self.gpu.max_shared_memory() {
@@ -509,30 +554,34 @@ impl GpuSearcher<'_> {
             Ok(())
         };
         record(0)?;
-        st.memcpy_htod(stored, &mut self.buffers.queries.slice_mut(..stored.len()))?;
-        self.buffers.view.update(&self.gpu, view)?;
-        st.memset_zeros(&mut self.buffers.stats)?;
+        st.memcpy_htod(
+            stored,
+            &mut self.slots[0].buffers.queries.slice_mut(..stored.len()),
+        )?;
+        self.slots[0].buffers.view.update(&self.gpu, view)?;
+        st.memset_zeros(&mut self.slots[0].buffers.stats)?;
         record(1)?;
         if events.is_some() {
             // Profiled: the same launches, outside a graph, with events between.
-            project(&self.gpu, &self.dev, &mut self.buffers, nq)?;
+            project(&self.gpu, &self.dev, &mut self.slots[0].buffers, nq)?;
             record(2)?;
-            self.gpu.wave_search(&self.dev.view, &self.buffers.view)?;
+            self.gpu
+                .wave_search(&self.dev.view, &self.slots[0].buffers.view)?;
             record(3)?;
         } else {
             if !self.graphs.contains_key(&view) {
                 if self.graphs.len() >= MAX_GRAPHS {
                     self.graphs.clear();
                 }
-                let graph = capture(&self.gpu, &self.dev, &mut self.buffers, nq)?;
+                let graph = capture(&self.gpu, &self.dev, &mut self.slots[0].buffers, nq)?;
                 self.graphs.insert(view, graph);
             }
             self.graphs[&view].launch()?;
         }
-        st.memcpy_dtoh(&self.buffers.ids.slice(..nq * k), out_ids)?;
-        st.memcpy_dtoh(&self.buffers.dists.slice(..nq * k), out_dists)?;
+        st.memcpy_dtoh(&self.slots[0].buffers.ids.slice(..nq * k), out_ids)?;
+        st.memcpy_dtoh(&self.slots[0].buffers.dists.slice(..nq * k), out_dists)?;
         let mut counters = [0u64; STAT_SLOTS];
-        st.memcpy_dtoh(&self.buffers.stats, &mut counters[..])?;
+        st.memcpy_dtoh(&self.slots[0].buffers.stats, &mut counters[..])?;
         record(4)?;
         st.synchronize()?;
         if let (Some(e), Some(t)) = (&events, times) {

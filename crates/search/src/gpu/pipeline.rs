@@ -1,0 +1,181 @@
+//! Two batches in flight: while the GPU searches batch `i` (its graph on the
+//! compute stream), the host prepares batch `i + 1` into page-locked memory and
+//! a copy stream uploads it, and batch `i - 1`'s results come back
+//! asynchronously. Each of the two slots owns its device buffers, its
+//! page-locked host buffers and two events (queries uploaded; batch done).
+
+use cudarc::driver::CudaEvent;
+use octex_kernels::{GpuError, PinnedBuf};
+
+use super::{batch_view, capture, BatchBuffers, GpuSearcher, MAX_GRAPHS};
+use crate::{SearchError, SearchParams, SearchStats};
+use octex_kernels::layout::{
+    BatchView, SearchSmem, STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES,
+    STAT_FIRST_ROUND_ENTRIES, STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES, STAT_SLOTS,
+};
+
+/// One pipeline slot.
+pub(super) struct Slot {
+    pub buffers: BatchBuffers,
+    queries: PinnedBuf<f32>,
+    ids: PinnedBuf<u32>,
+    dists: PinnedBuf<f32>,
+    stats: PinnedBuf<u64>,
+    uploaded: CudaEvent,
+    done: CudaEvent,
+    /// The batch whose results are in flight: (first query, queries, norms).
+    pending: Option<(usize, usize, Vec<f32>)>,
+    /// What the device copy of the batch view holds.
+    pub view_on_device: Option<BatchView>,
+}
+
+impl Slot {
+    pub fn new(
+        gpu: &octex_kernels::Gpu,
+        ix: &octex_kernels::layout::IndexView,
+        max_batch: usize,
+        k_cap: usize,
+    ) -> Result<Self, GpuError> {
+        let ctx = gpu.context();
+        Ok(Self {
+            buffers: BatchBuffers::new(gpu, ix, max_batch, k_cap)?,
+            queries: PinnedBuf::new(ctx, max_batch * ix.dim as usize, true)?,
+            ids: PinnedBuf::new(ctx, max_batch * k_cap, false)?,
+            dists: PinnedBuf::new(ctx, max_batch * k_cap, false)?,
+            stats: PinnedBuf::new(ctx, STAT_SLOTS, false)?,
+            uploaded: ctx.new_event(None)?,
+            done: ctx.new_event(None)?,
+            pending: None,
+            view_on_device: None,
+        })
+    }
+
+    /// Wait for the slot's batch and move its results into the outputs.
+    fn finish(
+        &mut self,
+        searcher_index: &crate::Index,
+        k: usize,
+        ids: &mut [u32],
+        dists: &mut [f32],
+        stats: &mut SearchStats,
+    ) -> Result<(), SearchError> {
+        let Some((start, n, norms)) = self.pending.take() else {
+            return Ok(());
+        };
+        self.done.synchronize()?;
+        ids[start * k..(start + n) * k].copy_from_slice(&self.ids.as_slice()[..n * k]);
+        let out = &mut dists[start * k..(start + n) * k];
+        out.copy_from_slice(&self.dists.as_slice()[..n * k]);
+        for (i, row) in out.chunks_exact_mut(k).enumerate() {
+            for v in row {
+                *v = searcher_index.report_distance(*v, norms[i]);
+            }
+        }
+        let c = self.stats.as_slice();
+        stats.add(&SearchStats {
+            queries: n as u64,
+            first_round_entries: c[STAT_FIRST_ROUND_ENTRIES],
+            copies_without_fragment: c[STAT_COPIES_WITHOUT_FRAGMENT],
+            sketch_distances: c[STAT_SKETCH_DISTANCES],
+            exact_distances: c[STAT_EXACT_DISTANCES],
+            spacing_hits: [0; 8],
+            seeded_queries: c[STAT_SEEDED_QUERIES],
+        });
+        Ok(())
+    }
+}
+
+impl GpuSearcher<'_> {
+    /// Search `nq` checked queries in batches of `max_batch`, two in flight.
+    pub(super) fn search_pipelined(
+        &mut self,
+        queries: &[f32],
+        nq: usize,
+        k: usize,
+        p: &SearchParams,
+        ids: &mut [u32],
+        dists: &mut [f32],
+    ) -> Result<SearchStats, SearchError> {
+        let index = self.index;
+        let (qdim, sdim) = (index.dim(), index.raw.dim());
+        self.ensure_k(k)?;
+        let mut stats = SearchStats::default();
+        let compute = self.gpu.stream().clone();
+        let result = (|| -> Result<(), SearchError> {
+            for (b, start) in (0..nq).step_by(self.max_batch).enumerate() {
+                let s = b % self.slots.len();
+                let n = self.max_batch.min(nq - start);
+                // The slot's previous batch must be done before its buffers
+                // are reused.
+                self.slots[s].finish(index, k, ids, dists, &mut stats)?;
+                let mut norms = Vec::with_capacity(n);
+                let mut stored = std::mem::take(&mut self.stored);
+                index.prepare(
+                    &queries[start * qdim..(start + n) * qdim],
+                    &mut stored,
+                    &mut norms,
+                    false,
+                )?;
+                let slot = &mut self.slots[s];
+                slot.queries.as_mut_slice()[..n * sdim].copy_from_slice(&stored[..n * sdim]);
+                self.stored = stored;
+                slot.queries.upload_prefix(
+                    n * sdim,
+                    &mut slot.buffers.queries,
+                    &self.copy_stream,
+                )?;
+                slot.uploaded.record(&self.copy_stream)?;
+
+                let view = BatchView {
+                    stop_after: self.stop_after,
+                    ..batch_view(&self.dev.view.view, &slot.buffers, n, k, p, &self.gpu)
+                };
+                let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
+                if smem > self.gpu.max_shared_memory() {
+                    return Err(SearchError::Params(format!(
+                        "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
+                        p.start_points, p.waves, p.read_depth, self.gpu.max_shared_memory()
+                    )));
+                }
+                if !self.graphs.contains_key(&view) {
+                    if self.graphs.len() >= MAX_GRAPHS {
+                        self.graphs.clear();
+                    }
+                    let graph = capture(&self.gpu, &self.dev, &mut self.slots[s].buffers, n)?;
+                    self.graphs.insert(view, graph);
+                }
+                let slot = &mut self.slots[s];
+                if slot.view_on_device != Some(view) {
+                    // A change of shape: a small synchronous upload.
+                    slot.buffers.view.update(&self.gpu, view)?;
+                    slot.view_on_device = Some(view);
+                }
+                compute.wait(&slot.uploaded)?;
+                compute.memset_zeros(&mut slot.buffers.stats)?;
+                self.graphs[&view].launch()?;
+                slot.ids
+                    .download_prefix(n * k, &slot.buffers.ids, &compute)?;
+                slot.dists
+                    .download_prefix(n * k, &slot.buffers.dists, &compute)?;
+                slot.stats
+                    .download_prefix(STAT_SLOTS, &slot.buffers.stats, &compute)?;
+                slot.done.record(&compute)?;
+                slot.pending = Some((start, n, norms));
+                self.last_slot = s;
+            }
+            Ok(())
+        })();
+        // Drain both slots, also after an error (nothing may be in flight
+        // into buffers we hand back or free).
+        let mut drained = Ok(());
+        for s in 0..self.slots.len() {
+            let r = self.slots[s].finish(index, k, ids, dists, &mut stats);
+            if drained.is_ok() {
+                drained = r;
+            }
+        }
+        result?;
+        drained?;
+        Ok(stats)
+    }
+}

@@ -637,6 +637,15 @@ fn capture(
     b: &mut BatchBuffers,
     nq: usize,
 ) -> Result<CudaGraph, GpuError> {
+    // The launch configuration comes from the view's host copy: it must
+    // already describe this batch (a stale one once captured a launch with
+    // the wrong shared-memory size).
+    if b.view.view.nq as usize != nq {
+        return Err(GpuError::Unsupported(format!(
+            "internal: batch view describes {} queries, capturing {nq}",
+            b.view.view.nq
+        )));
+    }
     let st = g.stream().clone();
     st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     let launched = project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view));

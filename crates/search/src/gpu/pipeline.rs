@@ -137,6 +137,14 @@ impl GpuSearcher<'_> {
                         p.start_points, p.waves, p.read_depth, self.gpu.max_shared_memory()
                     )));
                 }
+                // The view first: capturing reads its host copy (grid and
+                // shared-memory size of the launch). A change of shape costs
+                // a small synchronous upload.
+                let slot = &mut self.slots[s];
+                if slot.view_on_device != Some(view) {
+                    slot.buffers.view.update(&self.gpu, view)?;
+                    slot.view_on_device = Some(view);
+                }
                 if !self.graphs.contains_key(&view) {
                     if self.graphs.len() >= MAX_GRAPHS {
                         self.graphs.clear();
@@ -145,11 +153,6 @@ impl GpuSearcher<'_> {
                     self.graphs.insert(view, graph);
                 }
                 let slot = &mut self.slots[s];
-                if slot.view_on_device != Some(view) {
-                    // A change of shape: a small synchronous upload.
-                    slot.buffers.view.update(&self.gpu, view)?;
-                    slot.view_on_device = Some(view);
-                }
                 compute.wait(&slot.uploaded)?;
                 compute.memset_zeros(&mut slot.buffers.stats)?;
                 self.graphs[&view].launch()?;

@@ -214,7 +214,7 @@ impl Index {
                 rerank: p.rerank,
             });
         }
-        if let Some(i) = queries.iter().position(|v| !v.is_finite()) {
+        if let Some(i) = queries.par_iter().position_first(|v| !v.is_finite()) {
             return Err(SearchError::NotFinite {
                 query: i / dim,
                 col: i % dim,
@@ -263,6 +263,36 @@ impl Index {
             }
         }
         Ok(())
+    }
+
+    /// As [`Index::prepare`] for queries in the input space, on all cores,
+    /// writing the stored-space queries into `out` (`n x stored dim`);
+    /// returns the queries' squared norms.
+    fn prepare_parallel(&self, queries: &[f32], out: &mut [f32]) -> Result<Vec<f32>, SearchError> {
+        const ROWS: usize = 256;
+        let (qdim, sdim) = (self.dim(), self.raw.dim());
+        let parts: Vec<Result<Vec<f32>, SearchError>> = queries
+            .par_chunks(ROWS * qdim)
+            .zip(out.par_chunks_mut(ROWS * sdim))
+            .enumerate()
+            .map(|(ci, (q, o))| {
+                let (mut stored, mut norms) = (Vec::with_capacity(o.len()), Vec::new());
+                self.prepare(q, &mut stored, &mut norms, false)
+                    .map_err(|e| match e {
+                        SearchError::ZeroQuery { query } => SearchError::ZeroQuery {
+                            query: query + ci * ROWS,
+                        },
+                        e => e,
+                    })?;
+                o.copy_from_slice(&stored);
+                Ok(norms)
+            })
+            .collect();
+        let mut norms = Vec::with_capacity(queries.len() / qdim.max(1));
+        for p in parts {
+            norms.extend(p?);
+        }
+        Ok(norms)
     }
 
     /// Convert a stored-space squared L2 distance to the metric's distance.

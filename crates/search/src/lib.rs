@@ -133,6 +133,10 @@ pub struct Index {
     kernel_name: &'static str,
 }
 
+/// Batches of at least this many query values are checked and prepared on
+/// all cores (below it, waking the thread pool costs more than it saves).
+const PARALLEL_VALUES: usize = 1 << 18;
+
 /// Queries projected per GEMM (one rayon task).
 const QUERY_CHUNK: usize = 32;
 
@@ -214,7 +218,14 @@ impl Index {
                 rerank: p.rerank,
             });
         }
-        if let Some(i) = queries.par_iter().position_first(|v| !v.is_finite()) {
+        // On all cores for large batches; small ones (latency) stay on this
+        // thread, where waking the pool would cost more than the scan.
+        let bad = if queries.len() >= PARALLEL_VALUES {
+            queries.par_iter().position_first(|v| !v.is_finite())
+        } else {
+            queries.iter().position(|v| !v.is_finite())
+        };
+        if let Some(i) = bad {
             return Err(SearchError::NotFinite {
                 query: i / dim,
                 col: i % dim,
@@ -271,6 +282,12 @@ impl Index {
     fn prepare_parallel(&self, queries: &[f32], out: &mut [f32]) -> Result<Vec<f32>, SearchError> {
         const ROWS: usize = 256;
         let (qdim, sdim) = (self.dim(), self.raw.dim());
+        if queries.len() < PARALLEL_VALUES {
+            let (mut stored, mut norms) = (Vec::with_capacity(out.len()), Vec::new());
+            self.prepare(queries, &mut stored, &mut norms, false)?;
+            out.copy_from_slice(&stored);
+            return Ok(norms);
+        }
         let parts: Vec<Result<Vec<f32>, SearchError>> = queries
             .par_chunks(ROWS * qdim)
             .zip(out.par_chunks_mut(ROWS * sdim))

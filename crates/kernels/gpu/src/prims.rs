@@ -1,0 +1,166 @@
+//! Device primitives: thread indices, barriers, warp votes and shuffles,
+//! shared-memory atomics, read-only 16-byte loads, the block-wide bitonic sort
+//! and the candidate encoding shared by the search and the top-k kernels.
+
+use core::arch::asm;
+use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};
+
+use crate::layout::f32_order_key;
+
+/// Threads per block of every kernel.
+pub const T: u32 = crate::layout::BLOCK_THREADS;
+/// The padding id of rows and ripples.
+pub const PAD_ID: u32 = u32::MAX;
+
+#[inline(always)]
+pub fn tid() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { _thread_idx_x() as u32 }
+}
+
+#[inline(always)]
+pub fn bid() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { _block_idx_x() as u32 }
+}
+
+#[inline(always)]
+pub fn sync() {
+    // SAFETY: every call site is reached by all threads of the block.
+    unsafe { _syncthreads() }
+}
+
+#[inline(always)]
+pub unsafe fn ballot(pred: bool) -> u32 {
+    let r: u32;
+    // SAFETY: all 32 lanes call it (full mask).
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.u32 p, {1}, 0; vote.sync.ballot.b32 {0}, p, 0xffffffff; }}",
+             out(reg32) r, in(reg32) pred as u32);
+    }
+    r
+}
+
+#[inline(always)]
+pub unsafe fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
+    let r: u32;
+    // SAFETY: all 32 lanes call it (full mask).
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) r, in(reg32) v.to_bits(), in(reg32) mask);
+    }
+    f32::from_bits(r)
+}
+
+#[inline(always)]
+pub unsafe fn warp_sum(mut v: f32) -> f32 {
+    let mut m = 16;
+    while m > 0 {
+        // SAFETY: called by full warps.
+        v += unsafe { shfl_xor_f32(v, m) };
+        m >>= 1;
+    }
+    v
+}
+
+#[inline(always)]
+pub unsafe fn f16_to_f32(h: u16) -> f32 {
+    let f: f32;
+    // SAFETY: a register conversion.
+    unsafe { asm!("cvt.f32.f16 {0}, {1};", out(reg32) f, in(reg16) h) };
+    f
+}
+
+/// Shared-memory compare-and-swap on a generic pointer into shared memory.
+#[inline(always)]
+pub unsafe fn cas_shared(p: *mut u32, cmp: u32, new: u32) -> u32 {
+    let old: u32;
+    // SAFETY: `p` points into this block's shared memory.
+    unsafe {
+        asm!("{{ .reg .u64 a; cvta.to.shared.u64 a, {1}; atom.shared.cas.b32 {0}, [a], {2}, {3}; }}",
+             out(reg32) old, in(reg64) p, in(reg32) cmp, in(reg32) new);
+    }
+    old
+}
+
+#[inline(always)]
+pub unsafe fn add_shared(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: `p` points into this block's shared memory.
+    unsafe {
+        asm!("{{ .reg .u64 a; cvta.to.shared.u64 a, {1}; atom.shared.add.u32 {0}, [a], {2}; }}",
+             out(reg32) old, in(reg64) p, in(reg32) v);
+    }
+    old
+}
+
+#[inline(always)]
+pub unsafe fn add_global_u64(p: *mut u64, v: u64) {
+    // SAFETY: `p` is a valid global address.
+    unsafe {
+        asm!("red.global.add.u64 [{0}], {1};", in(reg64) p, in(reg64) v);
+    }
+}
+
+/// 16 bytes from read-only global memory.
+#[inline(always)]
+pub unsafe fn load16_nc(p: *const u8) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: `p` is 16-byte aligned global memory that no kernel writes.
+    unsafe {
+        asm!("ld.global.nc.v4.u32 {{{0}, {1}, {2}, {3}}}, [{4}];",
+             out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p);
+    }
+    [a, b, c, d]
+}
+
+/// Bitonic sort of `a[..p]` ascending, `p` a power of two; all threads call it.
+#[inline(always)]
+pub unsafe fn bitonic_sort(a: *mut u64, p: u32) {
+    let t = tid();
+    let mut size = 2;
+    while size <= p {
+        let mut stride = size / 2;
+        while stride > 0 {
+            let mut i = t;
+            while i < p / 2 {
+                let lo = 2 * i - (i & (stride - 1));
+                let hi = lo + stride;
+                let ascending = (lo & size) == 0;
+                // SAFETY: lo < hi < p, inside the caller's buffer.
+                unsafe {
+                    let x = *a.add(lo as usize);
+                    let y = *a.add(hi as usize);
+                    if (x > y) == ascending {
+                        *a.add(lo as usize) = y;
+                        *a.add(hi as usize) = x;
+                    }
+                }
+                i += T;
+            }
+            sync();
+            stride /= 2;
+        }
+        size *= 2;
+    }
+}
+
+/// Pad `a[n..p]` with `u64::MAX` (p = next power of two of n) and sort `a[..p]`.
+#[inline(always)]
+pub unsafe fn sort_prefix(a: *mut u64, n: u32) {
+    let p = n.max(2).next_power_of_two();
+    let mut i = n + tid();
+    while i < p {
+        // SAFETY: p <= the buffer length (a power of two >= n).
+        unsafe { *a.add(i as usize) = u64::MAX };
+        i += T;
+    }
+    sync();
+    // SAFETY: as above.
+    unsafe { bitonic_sort(a, p) };
+}
+
+#[inline(always)]
+pub fn candidate(d: f32, id: u32) -> u64 {
+    ((f32_order_key(d) as u64) << 32) | id as u64
+}

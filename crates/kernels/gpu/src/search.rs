@@ -1,0 +1,686 @@
+//! The wave search kernel: one query per block. First round (every copy and
+//! spacing decoded and looked up at once), `W` waves over the neighbour rows,
+//! exact rerank; the visited set and the candidate list in shared memory. Also
+//! `fragment_keys`, which decodes with the same code for the builder and tests.
+
+use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
+
+use crate::e8::decode_e8;
+use crate::key::{EMPTY_KEY, KeyHasher};
+use crate::layout::*;
+use crate::prims::*;
+
+/// Key and centre distance of one copy's projection at one spacing: the same
+/// arithmetic as `CopyMap::decode` + `fragment_key`.
+#[inline(always)]
+unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32, blocks: u32) -> (u64, f32) {
+    let mut h = KeyHasher::for_key(8 * blocks as usize);
+    let mut total = 0.0f32;
+    for b in 0..blocks as usize {
+        let o = 8 * b;
+        // SAFETY: z and shift hold 8 * blocks values.
+        let y: [f32; 8] =
+            core::array::from_fn(|i| unsafe { *z.add(o + i) * inv + *shift.add(o + i) });
+        let (p, d) = decode_e8(&y);
+        for i in 0..4 {
+            h.push_pair(p[2 * i], p[2 * i + 1]);
+        }
+        total += d;
+    }
+    (h.finish_key(), total)
+}
+
+/// Fragment ordinal of `key` in the key table of (copy, spacing), if stored.
+#[inline(always)]
+unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
+    // SAFETY: the host validated the tables (bounds of every slot range).
+    unsafe {
+        let e = (ix.tables as *const u64).add(4 * table as usize);
+        let (offset, cap, ripple_base) = (*e, *e.add(1), *e.add(2));
+        if cap == 0 {
+            return None;
+        }
+        let keys = (ix.table_keys as *const u64).add(offset as usize);
+        let slots = (ix.table_slots as *const u32).add(offset as usize);
+        let mask = cap - 1;
+        let mut s = key & mask;
+        let mut probes = 0;
+        while probes < cap {
+            let k = *keys.add(s as usize);
+            if k == key {
+                return Some(ripple_base + *slots.add(s as usize) as u64);
+            }
+            if k == EMPTY_KEY {
+                return None;
+            }
+            s = (s + 1) & mask;
+            probes += 1;
+        }
+        None
+    }
+}
+
+/// Insert `id` into the visited set; true when it was not there.
+#[inline(always)]
+unsafe fn visit(hash: *mut u32, mask: u32, id: u32) -> bool {
+    let h = id.wrapping_mul(0x9E37_79B1);
+    let mut s = (h ^ (h >> 15)) & mask;
+    let mut probes = 0;
+    while probes <= mask {
+        // SAFETY: s <= mask < the set's length.
+        unsafe {
+            let slot = hash.add(s as usize);
+            let cur = core::ptr::read_volatile(slot);
+            if cur == id {
+                return false;
+            }
+            if cur == EMPTY_SLOT {
+                let prev = cas_shared(slot, EMPTY_SLOT, id);
+                if prev == EMPTY_SLOT {
+                    return true;
+                }
+                if prev == id {
+                    return false;
+                }
+            }
+        }
+        s = (s + 1) & mask;
+        probes += 1;
+    }
+    // Full set (sizes make this unreachable): treat as seen.
+    false
+}
+
+/// Most 16-byte chunks of a sketch row (widths up to 96).
+const SKETCH_CHUNKS: usize = 6;
+
+/// Sketch distance `sum_j (q_j - scale_j * s_j)^2` of vector `id`. All of the
+/// row's loads are issued before the first is used.
+#[inline(always)]
+unsafe fn sketch_distance(ix: &IndexView, qs: *const f32, scales: *const f32, id: u32) -> f32 {
+    let w = ix.sketch_width as usize;
+    let mut acc = 0.0f32;
+    // SAFETY: id < n; rows are w <= 96 bytes, w a multiple of 16, the section
+    // 64-aligned.
+    unsafe {
+        let row = (ix.sketch as *const u8).add(id as usize * w);
+        let mut words = [[0u32; 4]; SKETCH_CHUNKS];
+        for (c, chunk) in words.iter_mut().enumerate() {
+            if 16 * c < w {
+                *chunk = load16_nc(row.add(16 * c));
+            }
+        }
+        for (c, chunk) in words.iter().enumerate() {
+            if 16 * c >= w {
+                break;
+            }
+            for (wi, word) in chunk.iter().enumerate() {
+                for b in 0..4 {
+                    let v = (*word >> (8 * b)) as u8 as i8 as f32;
+                    let j = 16 * c + 4 * wi + b;
+                    let d = *qs.add(j) - *scales.add(j) * v;
+                    acc += d * d;
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Exact squared L2 distance of vector `id` to the shared-memory query, by one
+/// warp (every lane returns the sum). Rows whose length allows it are read 16
+/// bytes per lane (8 halves or 4 floats), else 4 bytes, else one value.
+#[inline(always)]
+unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) -> f32 {
+    let dim = ix.dim as usize;
+    let mut acc = 0.0f32;
+    // SAFETY: id < n; every index below is < dim; the 16- and 4-byte loads are
+    // aligned because the section is 64-aligned and the row length in bytes is
+    // a multiple of the load width whenever that path is taken.
+    unsafe {
+        if ix.vectors_f16 != 0 {
+            let v = (ix.vectors as *const u16).add(id as usize * dim);
+            if dim % 8 == 0 {
+                let mut c = lane as usize;
+                while c < dim / 8 {
+                    let words = load16_nc(v.add(8 * c) as *const u8);
+                    for (wi, word) in words.iter().enumerate() {
+                        for h in 0..2 {
+                            let x = f16_to_f32((*word >> (16 * h)) as u16);
+                            let d = *query.add(8 * c + 2 * wi + h) - x;
+                            acc += d * d;
+                        }
+                    }
+                    c += 32;
+                }
+            } else if dim % 2 == 0 {
+                let v32 = v as *const u32;
+                let mut c = lane as usize;
+                while c < dim / 2 {
+                    let word = *v32.add(c);
+                    for h in 0..2 {
+                        let d = *query.add(2 * c + h) - f16_to_f32((word >> (16 * h)) as u16);
+                        acc += d * d;
+                    }
+                    c += 32;
+                }
+            } else {
+                let mut j = lane as usize;
+                while j < dim {
+                    let d = *query.add(j) - f16_to_f32(*v.add(j));
+                    acc += d * d;
+                    j += 32;
+                }
+            }
+        } else {
+            let v = (ix.vectors as *const f32).add(id as usize * dim);
+            if dim % 4 == 0 {
+                let mut c = lane as usize;
+                while c < dim / 4 {
+                    let words = load16_nc(v.add(4 * c) as *const u8);
+                    for (i, word) in words.iter().enumerate() {
+                        let d = *query.add(4 * c + i) - f32::from_bits(*word);
+                        acc += d * d;
+                    }
+                    c += 32;
+                }
+            } else {
+                let mut j = lane as usize;
+                while j < dim {
+                    let d = *query.add(j) - *v.add(j);
+                    acc += d * d;
+                    j += 32;
+                }
+            }
+        }
+        warp_sum(acc)
+    }
+}
+
+/// Mark the first `S` unexpanded entries of `buf[..nbest]` expanded and list
+/// their ids in `starts`; returns how many (block-uniform).
+#[inline(always)]
+unsafe fn select_starts(
+    buf: *mut u64,
+    nbest: u32,
+    s_max: u32,
+    starts: *mut u32,
+    warp_sums: *mut u32,
+) -> u32 {
+    let t = tid();
+    let (lane, warp) = (t & 31, t >> 5);
+    let mut found = 0u32;
+    let mut chunk = 0u32;
+    while chunk < nbest && found < s_max {
+        let i = chunk + t;
+        // SAFETY: i < nbest <= buffer length; warp_sums has T/32 slots.
+        unsafe {
+            let entry = if i < nbest {
+                *buf.add(i as usize)
+            } else {
+                u64::MAX
+            };
+            let flag = i < nbest && (entry as u32 & EXPANDED_BIT) == 0;
+            let votes = ballot(flag);
+            let below = (votes & ((1u32 << lane) - 1)).count_ones();
+            if lane == 0 {
+                *warp_sums.add(warp as usize) = votes.count_ones();
+            }
+            sync();
+            let (mut before, mut total) = (0u32, 0u32);
+            for wi in 0..T / 32 {
+                let c = *warp_sums.add(wi as usize);
+                before += if wi < warp { c } else { 0 };
+                total += c;
+            }
+            let rank = found + before + below;
+            if flag && rank < s_max {
+                *buf.add(i as usize) = entry | EXPANDED_BIT as u64;
+                *starts.add(rank as usize) = entry as u32;
+            }
+            found += total;
+            sync();
+        }
+        chunk += T;
+    }
+    found.min(s_max)
+}
+
+/// Per-thread work counts, summed into the batch's counters at the end.
+#[derive(Default)]
+struct Counts {
+    first_round: u32,
+    sketch: u32,
+    no_fragment: u32,
+    row_entries: u32,
+}
+
+/// Entries a thread loads before it visits them (loads in flight together).
+const GATHER: usize = 8;
+
+/// Visit entries `0..total` (`load(e)` gives entry `e`'s id or `PAD_ID`),
+/// `GATHER` per thread at a time with all loads issued first, and list the ids
+/// not seen before in `fresh`.
+#[inline(always)]
+unsafe fn gather(
+    total: u32,
+    load: impl Fn(u32) -> u32,
+    hash: *mut u32,
+    mask: u32,
+    fresh: *mut u32,
+    fresh_count: *mut u32,
+    seen: &mut u32,
+) {
+    let t = tid();
+    let mut base = 0;
+    while base < total {
+        let mut ids = [PAD_ID; GATHER];
+        for (g, id) in ids.iter_mut().enumerate() {
+            let e = base + t + g as u32 * T;
+            if e < total {
+                *id = load(e);
+            }
+        }
+        for id in ids {
+            if id != PAD_ID {
+                *seen += 1;
+                // SAFETY: shared pointers of the layout; fresh holds every id a
+                // round can see (fresh_len).
+                unsafe {
+                    if visit(hash, mask, id) {
+                        let p = add_shared(fresh_count, 1);
+                        *fresh.add(p as usize) = id;
+                    }
+                }
+            }
+        }
+        base += GATHER as u32 * T;
+    }
+}
+
+/// Score the `n` fresh ids and append those whose key beats `threshold`.
+/// (Scoring two rows per thread with their loads interleaved measured slower
+/// on the H200: rounds hold a few hundred fresh ids, so it idled half the
+/// threads.)
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn score_fresh(
+    ix: &IndexView,
+    qs: *const f32,
+    scales: *const f32,
+    fresh: *const u32,
+    n: u32,
+    buf: *mut u64,
+    count: *mut u32,
+    threshold: u32,
+    counts: &mut Counts,
+) {
+    let mut i = tid();
+    while i < n {
+        // SAFETY: i < n <= fresh_len; pushes stay under buf_len (sizes).
+        unsafe {
+            let id = *fresh.add(i as usize);
+            let d = sketch_distance(ix, qs, scales, id);
+            counts.sketch += 1;
+            if f32_order_key(d) < threshold {
+                let pos = add_shared(count, 1);
+                *buf.add(pos as usize) = candidate(d, id);
+            }
+        }
+        i += T;
+    }
+}
+
+/// Wait for the round's gather, then score its fresh ids.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn score_round(
+    ix: &IndexView,
+    qs: *const f32,
+    scales: *const f32,
+    fresh: *const u32,
+    fresh_count: *mut u32,
+    buf: *mut u64,
+    count: *mut u32,
+    threshold: u32,
+    counts: &mut Counts,
+) {
+    sync();
+    // SAFETY: shared counter, complete after the barrier.
+    unsafe {
+        let n = core::ptr::read_volatile(fresh_count);
+        score_fresh(ix, qs, scales, fresh, n, buf, count, threshold, counts);
+    }
+}
+
+/// Zero a shared counter between barriers.
+#[inline(always)]
+unsafe fn reset_counter(c: *mut u32) {
+    sync();
+    if tid() == 0 {
+        // SAFETY: a shared counter.
+        unsafe { core::ptr::write_volatile(c, 0) };
+    }
+    sync();
+}
+
+/// Sort the appended candidates and keep the best `keep`; returns how many.
+#[inline(always)]
+unsafe fn sort_and_trim(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
+    sync();
+    // SAFETY: count is a shared counter; buf holds `n` entries.
+    unsafe {
+        let n = core::ptr::read_volatile(count);
+        sync();
+        sort_prefix(buf, n);
+        let nbest = n.min(keep);
+        if tid() == 0 {
+            core::ptr::write_volatile(count, nbest);
+        }
+        sync();
+        nbest
+    }
+}
+
+/// The wave search of one query per block (`BLOCK_THREADS` threads; dynamic
+/// shared memory as `SearchSmem` lays it out).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *const BatchView) {
+    // SAFETY: the host passes valid views; every access below stays inside the
+    // sizes they describe.
+    unsafe {
+        let ix = *index;
+        let bt = *batch;
+        let qi = bid();
+        if qi >= bt.nq {
+            return;
+        }
+        let t = tid();
+        let lay = SearchSmem::new(&ix, &bt);
+        let base = gpu_launch_sized_workgroup_mem::<u64>() as *mut u8;
+        let ctr = base.add(lay.counters as usize) as *mut u32;
+        let buf = base.add(lay.buf as usize) as *mut u64;
+        let exact = base.add(lay.exact as usize) as *mut u64;
+        let hash = base.add(lay.hash as usize) as *mut u32;
+        let qs = base.add(lay.qs as usize) as *mut f32;
+        let scales = base.add(lay.scales as usize) as *mut f32;
+        let query = base.add(lay.query as usize) as *mut f32;
+        let hits = base.add(lay.hits as usize) as *mut u32;
+        let starts = base.add(lay.starts as usize) as *mut u32;
+        let count = ctr.add(CTR_COUNT);
+        let mask = bt.hash_slots - 1;
+        let w = ix.sketch_width;
+        let m = ix.basis_dim;
+        let mut counts = Counts::default();
+
+        // Load the query and clear the visited set.
+        let mut i = t;
+        while i < SearchSmem::COUNTERS {
+            *ctr.add(i as usize) = 0;
+            i += T;
+        }
+        i = t;
+        while i < bt.hash_slots {
+            *hash.add(i as usize) = EMPTY_SLOT;
+            i += T;
+        }
+        i = t;
+        while i < w {
+            let pcs = bt.pcs as *const f32;
+            *qs.add(i as usize) = if i < m {
+                *pcs.add((qi * m + i) as usize)
+            } else {
+                0.0
+            };
+            *scales.add(i as usize) = *(ix.sketch_scales as *const f32).add(i as usize);
+            i += T;
+        }
+        i = t;
+        while i < ix.dim {
+            *query.add(i as usize) = *(bt.queries as *const f32).add((qi * ix.dim + i) as usize);
+            i += T;
+        }
+
+        if bt.stop_after == STOP_AFTER_INIT {
+            sync();
+            return;
+        }
+        // First round: every (copy, spacing) decoded and looked up at once; per
+        // copy, the finest spacing whose fragment is stored.
+        let cd = 8 * ix.blocks;
+        let nsp = ix.spacings;
+        let hits_by_spacing = base.add(lay.hits_by_spacing as usize) as *mut u32;
+        let fresh = base.add(lay.fresh as usize) as *mut u32;
+        let fresh_count = ctr.add(CTR_FRESH);
+        let mut i = t;
+        while i < ix.copies * nsp {
+            let (c, sp) = (i / nsp, i % nsp);
+            let z = (bt.z as *const f32).add((qi * ix.width + c * cd) as usize);
+            let shift = (ix.shifts as *const f32).add((c * cd) as usize);
+            let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
+            let (key, _) = fragment_key_of(z, shift, inv, ix.blocks);
+            *hits_by_spacing.add(i as usize) = match lookup(&ix, i, key) {
+                Some(frag) => frag as u32,
+                None => u32::MAX,
+            };
+            i += T;
+        }
+        sync();
+        let mut c = t;
+        while c < ix.copies {
+            let mut hit = u32::MAX;
+            let mut sp = 0;
+            while sp < nsp && hit == u32::MAX {
+                hit = *hits_by_spacing.add((c * nsp + sp) as usize);
+                sp += 1;
+            }
+            counts.no_fragment += (hit == u32::MAX) as u32;
+            *hits.add(c as usize) = hit;
+            c += T;
+        }
+        sync();
+        if bt.stop_after == STOP_AFTER_LOOKUP {
+            return;
+        }
+
+        // Gather the first `r` ids of every ripple found, de-duplicated, scored.
+        let r = bt.read_depth;
+        let l = ix.list_len as u64;
+        let ripples = ix.ripples as *const u32;
+        let load_ripple = |e: u32| {
+            let frag = *hits.add((e / r) as usize);
+            if frag == u32::MAX {
+                PAD_ID
+            } else {
+                *ripples.add((frag as u64 * l + (e % r) as u64) as usize)
+            }
+        };
+        gather(
+            ix.copies * r,
+            load_ripple,
+            hash,
+            mask,
+            fresh,
+            fresh_count,
+            &mut counts.first_round,
+        );
+        score_round(
+            &ix,
+            qs,
+            scales,
+            fresh,
+            fresh_count,
+            buf,
+            count,
+            u32::MAX,
+            &mut counts,
+        );
+        sync();
+        let found = core::ptr::read_volatile(count);
+        let seeded = found < bt.start_points;
+        if seeded {
+            reset_counter(fresh_count);
+            let seeds = ix.seeds as *const u32;
+            let mut unused = 0;
+            gather(
+                ix.n_seeds,
+                |e| *seeds.add(e as usize),
+                hash,
+                mask,
+                fresh,
+                fresh_count,
+                &mut unused,
+            );
+            score_round(
+                &ix,
+                qs,
+                scales,
+                fresh,
+                fresh_count,
+                buf,
+                count,
+                u32::MAX,
+                &mut counts,
+            );
+        }
+        let mut nbest = sort_and_trim(buf, count, bt.keep);
+        if bt.stop_after == STOP_AFTER_FIRST_ROUND {
+            return;
+        }
+
+        // Waves.
+        let lt = ix.row_len;
+        let rows = ix.rows as *const u32;
+        let mut wave = 0;
+        while wave < bt.waves {
+            let ns = select_starts(buf, nbest, bt.start_points, starts, ctr.add(CTR_WARP_SUMS));
+            if ns == 0 {
+                break;
+            }
+            let threshold = if nbest >= bt.keep {
+                (*buf.add(bt.keep as usize - 1) >> 32) as u32
+            } else {
+                u32::MAX
+            };
+            reset_counter(fresh_count);
+            let load_row = |e: u32| {
+                let u = *starts.add((e / lt) as usize);
+                *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
+            };
+            gather(
+                ns * lt,
+                load_row,
+                hash,
+                mask,
+                fresh,
+                fresh_count,
+                &mut counts.row_entries,
+            );
+            score_round(
+                &ix,
+                qs,
+                scales,
+                fresh,
+                fresh_count,
+                buf,
+                count,
+                threshold,
+                &mut counts,
+            );
+            nbest = sort_and_trim(buf, count, bt.keep);
+            wave += 1;
+        }
+
+        if bt.stop_after == STOP_AFTER_WAVES {
+            return;
+        }
+
+        // Exact rerank of the best R, one warp per candidate.
+        let nr = bt.rerank.min(nbest);
+        let (lane, warp) = (t & 31, t >> 5);
+        let mut j = warp;
+        while j < nr {
+            let id = (*buf.add(j as usize) as u32) & !EXPANDED_BIT;
+            let d = exact_distance(&ix, query, id, lane);
+            if lane == 0 {
+                *exact.add(j as usize) = candidate(d, id);
+            }
+            j += T / 32;
+        }
+        sync();
+        sort_prefix(exact, nr);
+        let mut j = t;
+        while j < bt.k {
+            let o = (qi * bt.k + j) as usize;
+            if j < nr {
+                let v = *exact.add(j as usize);
+                *(bt.out_ids as *mut u32).add(o) = v as u32;
+                *(bt.out_dists as *mut f32).add(o) = f32_from_order_key((v >> 32) as u32);
+            } else {
+                *(bt.out_ids as *mut u32).add(o) = PAD_ID;
+                *(bt.out_dists as *mut f32).add(o) = f32::INFINITY;
+            }
+            j += T;
+        }
+
+        // Work counters: per thread into shared memory, then one add per block.
+        add_shared(ctr.add(CTR_FIRST_ROUND), counts.first_round);
+        add_shared(ctr.add(CTR_SKETCH), counts.sketch);
+        add_shared(ctr.add(CTR_NO_FRAGMENT), counts.no_fragment);
+        add_shared(ctr.add(CTR_ROW_ENTRIES), counts.row_entries);
+        sync();
+        if t == 0 {
+            let stats = bt.stats as *mut u64;
+            add_global_u64(
+                stats.add(STAT_FIRST_ROUND_ENTRIES),
+                *ctr.add(CTR_FIRST_ROUND) as u64,
+            );
+            add_global_u64(
+                stats.add(STAT_COPIES_WITHOUT_FRAGMENT),
+                *ctr.add(CTR_NO_FRAGMENT) as u64,
+            );
+            add_global_u64(
+                stats.add(STAT_SKETCH_DISTANCES),
+                *ctr.add(CTR_SKETCH) as u64,
+            );
+            add_global_u64(stats.add(STAT_EXACT_DISTANCES), nr as u64);
+            add_global_u64(stats.add(STAT_SEEDED_QUERIES), seeded as u64);
+            add_global_u64(
+                stats.add(STAT_ROW_ENTRIES),
+                *ctr.add(CTR_ROW_ENTRIES) as u64,
+            );
+        }
+    }
+}
+
+/// `keys[(v * copies + c) * spacings + s]` and `dists[..]`: the fragment key and
+/// centre distance of vector `v` (projections `z`, `n x width`) in copy `c` at
+/// spacing `s`. One thread per (vector, copy, spacing).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn fragment_keys(
+    index: *const IndexView,
+    z: *const f32,
+    n: u32,
+    keys: *mut u64,
+    dists: *mut f32,
+) {
+    // SAFETY: the host sizes keys/dists as n * copies * spacings.
+    unsafe {
+        let ix = *index;
+        let per_vector = ix.copies * ix.spacings;
+        let g = bid() as u64 * T as u64 + tid() as u64;
+        if g >= n as u64 * per_vector as u64 {
+            return;
+        }
+        let v = (g / per_vector as u64) as u32;
+        let rest = (g % per_vector as u64) as u32;
+        let (c, s) = (rest / ix.spacings, rest % ix.spacings);
+        let cd = 8 * ix.blocks;
+        let zc = z.add(v as usize * ix.width as usize + (c * cd) as usize);
+        let shift = (ix.shifts as *const f32).add((c * cd) as usize);
+        let inv = *(ix.inv_spacings as *const f32).add(s as usize);
+        let (k, d) = fragment_key_of(zc, shift, inv, ix.blocks);
+        *keys.add(g as usize) = k;
+        *dists.add(g as usize) = d;
+    }
+}

@@ -1,4 +1,5 @@
-//! The build phases that run on the GPU when one is present: the principal
+//! The build phases that run on the GPU when one is present (the row searches
+//! of `search_rows` also use the GPU search then): the principal
 //! coordinates (one cuBLAS product per chunk of rows) and exact neighbour rows
 //! (cuBLAS products of query blocks with base tiles and a running top-k per
 //! query, `octex_kernels::GpuBruteForce`, a self-join that skips each vector).

@@ -441,7 +441,7 @@ pub fn build(
                 rows::assemble(&ids, &dists, k_fwd, shape)
             }),
             None => report.phase("rows_search", || {
-                search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb)
+                search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb, gpu.is_some())
             })?,
         };
         pb.finish_and_clear();

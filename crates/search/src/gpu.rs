@@ -346,7 +346,19 @@ impl GpuSearcher<'_> {
         k: usize,
         p: &SearchParams,
     ) -> Result<SearchResults, SearchError> {
-        self.search_inner(queries, k, p, None)
+        self.search_inner(queries, k, p, None, false)
+    }
+
+    /// Search queries already in the stored space (normalised for cosine,
+    /// augmented for inner product), returning squared L2 distances in that
+    /// space: [`Index::search_stored`] on the GPU (the builder's row passes).
+    pub fn search_stored(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        self.search_inner(queries, k, p, None, true)
     }
 
     /// As [`GpuSearcher::search`], without graphs, timing each phase with CUDA
@@ -358,7 +370,7 @@ impl GpuSearcher<'_> {
         p: &SearchParams,
     ) -> Result<(SearchResults, GpuPhaseTimes), SearchError> {
         let mut times = GpuPhaseTimes::default();
-        let r = self.search_inner(queries, k, p, Some(&mut times))?;
+        let r = self.search_inner(queries, k, p, Some(&mut times), false)?;
         Ok((r, times))
     }
 
@@ -448,14 +460,20 @@ impl GpuSearcher<'_> {
         k: usize,
         p: &SearchParams,
         mut times: Option<&mut GpuPhaseTimes>,
+        stored_space: bool,
     ) -> Result<SearchResults, SearchError> {
         let index = self.index;
-        let qdim = index.dim();
+        let qdim = if stored_space {
+            index.raw.dim()
+        } else {
+            index.dim()
+        };
         let nq = index.check(queries, k, p, qdim)?;
         let mut ids = vec![0u32; nq * k];
         let mut dists = vec![0f32; nq * k];
         if times.is_none() {
-            let stats = self.search_pipelined(queries, nq, k, p, &mut ids, &mut dists)?;
+            let stats =
+                self.search_pipelined(queries, nq, k, p, &mut ids, &mut dists, stored_space)?;
             return Ok(SearchResults {
                 k,
                 ids,
@@ -473,7 +491,7 @@ impl GpuSearcher<'_> {
                 &queries[start * qdim..(start + n) * qdim],
                 &mut stored,
                 &mut norms,
-                false,
+                stored_space,
             )?;
             let (bi, bd) = (
                 &mut ids[start * k..(start + n) * k],
@@ -481,7 +499,7 @@ impl GpuSearcher<'_> {
             );
             let st = self.run_batch(&stored[..n * sdim], n, k, p, bi, bd, times.as_deref_mut())?;
             for (i, d) in bd.chunks_exact_mut(k).enumerate() {
-                for v in d {
+                for v in d.iter_mut().filter(|_| !stored_space) {
                     *v = index.report_distance(*v, norms[i]);
                 }
             }

@@ -279,12 +279,18 @@ impl Index {
     /// As [`Index::prepare`] for queries in the input space, on all cores,
     /// writing the stored-space queries into `out` (`n x stored dim`);
     /// returns the queries' squared norms.
-    fn prepare_parallel(&self, queries: &[f32], out: &mut [f32]) -> Result<Vec<f32>, SearchError> {
+    fn prepare_parallel(
+        &self,
+        queries: &[f32],
+        out: &mut [f32],
+        stored_space: bool,
+    ) -> Result<Vec<f32>, SearchError> {
         const ROWS: usize = 256;
-        let (qdim, sdim) = (self.dim(), self.raw.dim());
+        let sdim = self.raw.dim();
+        let qdim = if stored_space { sdim } else { self.dim() };
         if queries.len() < PARALLEL_VALUES {
             let (mut stored, mut norms) = (Vec::with_capacity(out.len()), Vec::new());
-            self.prepare(queries, &mut stored, &mut norms, false)?;
+            self.prepare(queries, &mut stored, &mut norms, stored_space)?;
             out.copy_from_slice(&stored);
             return Ok(norms);
         }
@@ -294,7 +300,7 @@ impl Index {
             .enumerate()
             .map(|(ci, (q, o))| {
                 let (mut stored, mut norms) = (Vec::with_capacity(o.len()), Vec::new());
-                self.prepare(q, &mut stored, &mut norms, false)
+                self.prepare(q, &mut stored, &mut norms, stored_space)
                     .map_err(|e| match e {
                         SearchError::ZeroQuery { query } => SearchError::ZeroQuery {
                             query: query + ci * ROWS,

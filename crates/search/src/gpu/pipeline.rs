@@ -23,8 +23,9 @@ pub(super) struct Slot {
     stats: PinnedBuf<u64>,
     uploaded: CudaEvent,
     done: CudaEvent,
-    /// The batch whose results are in flight: (first query, queries, norms).
-    pending: Option<(usize, usize, Vec<f32>)>,
+    /// The batch whose results are in flight: (first query, queries, norms,
+    /// whether distances stay in the stored space).
+    pending: Option<(usize, usize, Vec<f32>, bool)>,
     /// What the device copy of the batch view holds.
     pub view_on_device: Option<BatchView>,
 }
@@ -59,16 +60,18 @@ impl Slot {
         dists: &mut [f32],
         stats: &mut SearchStats,
     ) -> Result<(), SearchError> {
-        let Some((start, n, norms)) = self.pending.take() else {
+        let Some((start, n, norms, stored_space)) = self.pending.take() else {
             return Ok(());
         };
         self.done.synchronize()?;
         ids[start * k..(start + n) * k].copy_from_slice(&self.ids.as_slice()[..n * k]);
         let out = &mut dists[start * k..(start + n) * k];
         out.copy_from_slice(&self.dists.as_slice()[..n * k]);
-        for (i, row) in out.chunks_exact_mut(k).enumerate() {
-            for v in row {
-                *v = searcher_index.report_distance(*v, norms[i]);
+        if !stored_space {
+            for (i, row) in out.chunks_exact_mut(k).enumerate() {
+                for v in row {
+                    *v = searcher_index.report_distance(*v, norms[i]);
+                }
             }
         }
         let c = self.stats.as_slice();
@@ -87,6 +90,9 @@ impl Slot {
 
 impl GpuSearcher<'_> {
     /// Search `nq` checked queries in batches of `max_batch`, two in flight.
+    /// `stored_space`: the queries are in the stored space already and the
+    /// distances stay squared L2 there.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn search_pipelined(
         &mut self,
         queries: &[f32],
@@ -95,9 +101,11 @@ impl GpuSearcher<'_> {
         p: &SearchParams,
         ids: &mut [u32],
         dists: &mut [f32],
+        stored_space: bool,
     ) -> Result<SearchStats, SearchError> {
         let index = self.index;
-        let (qdim, sdim) = (index.dim(), index.raw.dim());
+        let sdim = index.raw.dim();
+        let qdim = if stored_space { sdim } else { index.dim() };
         self.ensure_k(k)?;
         let mut stats = SearchStats::default();
         let compute = self.gpu.stream().clone();
@@ -115,6 +123,7 @@ impl GpuSearcher<'_> {
                 let norms = index.prepare_parallel(
                     &queries[start * qdim..(start + n) * qdim],
                     &mut slot.queries.as_mut_slice()[..n * sdim],
+                    stored_space,
                 )?;
                 slot.queries.upload_prefix(
                     n * sdim,
@@ -160,7 +169,7 @@ impl GpuSearcher<'_> {
                 slot.stats
                     .download_prefix(STAT_SLOTS, &slot.buffers.stats, &compute)?;
                 slot.done.record(&compute)?;
-                slot.pending = Some((start, n, norms));
+                slot.pending = Some((start, n, norms, stored_space));
                 self.last_slot = s;
             }
             Ok(())

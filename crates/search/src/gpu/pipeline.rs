@@ -116,6 +116,24 @@ impl GpuSearcher<'_> {
                 // The slot's previous batch must be done before its buffers
                 // are reused.
                 self.slots[s].finish(index, k, ids, dists, &mut stats)?;
+                let view = BatchView {
+                    stop_after: self.stop_after,
+                    ..batch_view(
+                        &self.dev.view.view,
+                        &self.slots[s].buffers,
+                        n,
+                        k,
+                        p,
+                        &self.gpu,
+                    )
+                };
+                let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
+                if smem > self.gpu.max_shared_memory() {
+                    return Err(SearchError::Params(format!(
+                        "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
+                        p.start_points, p.waves, p.read_depth, self.gpu.max_shared_memory()
+                    )));
+                }
                 // Stored-space queries straight into page-locked memory, on all
                 // cores (host preparation bounds the end-to-end rate of wide
                 // queries: 31 MB per batch of Fashion-MNIST).
@@ -132,17 +150,6 @@ impl GpuSearcher<'_> {
                 )?;
                 slot.uploaded.record(&self.copy_stream)?;
 
-                let view = BatchView {
-                    stop_after: self.stop_after,
-                    ..batch_view(&self.dev.view.view, &slot.buffers, n, k, p, &self.gpu)
-                };
-                let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
-                if smem > self.gpu.max_shared_memory() {
-                    return Err(SearchError::Params(format!(
-                        "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
-                        p.start_points, p.waves, p.read_depth, self.gpu.max_shared_memory()
-                    )));
-                }
                 // The view first: capturing reads its host copy (grid and
                 // shared-memory size of the launch). A change of shape costs
                 // a small synchronous upload.
@@ -176,7 +183,9 @@ impl GpuSearcher<'_> {
         })();
         // Drain both slots, also after an error (nothing may be in flight
         // into buffers we hand back or free).
-        let mut drained = Ok(());
+        // An upload may be in flight if the loop stopped between it and the
+        // launch.
+        let mut drained = self.copy_stream.synchronize().map_err(SearchError::from);
         for s in 0..self.slots.len() {
             let r = self.slots[s].finish(index, k, ids, dists, &mut stats);
             if drained.is_ok() {

@@ -249,6 +249,26 @@ fn gpu_request_without_driver_is_an_error() {
     assert!(err.to_string().contains("no CUDA driver"), "{err}");
 }
 
+/// The same data and seed built on the CPU and on the GPU with `rows`.
+fn cpu_and_gpu_builds(
+    base: &[f32],
+    dim: usize,
+    rows: octex_build::RowMethod,
+) -> (octex_build::Built, octex_build::Built) {
+    let build_on = |backend| {
+        let params = octex_build::BuildParams {
+            backend,
+            row_method: rows,
+            ..test_params()
+        };
+        octex_build::build(base, dim, Metric::L2, &params).unwrap()
+    };
+    (
+        build_on(octex_build::BuildBackend::Cpu),
+        build_on(octex_build::BuildBackend::Gpu),
+    )
+}
+
 /// The GPU builder (principal coordinates and exact rows on the GPU) against
 /// the CPU builder with exact rows: same data and seed, recall within 0.005.
 #[test]
@@ -260,25 +280,7 @@ fn gpu_build_matches_cpu_build() {
     let base = clustered(25_000, dim, 50, 9);
     let queries = clustered(500, dim, 50, 10);
     let truth = brute_force(&base, &queries, dim, 10);
-    let params = |backend| octex_build::BuildParams {
-        backend,
-        row_method: octex_build::RowMethod::Exact,
-        ..test_params()
-    };
-    let cpu = octex_build::build(
-        &base,
-        dim,
-        Metric::L2,
-        &params(octex_build::BuildBackend::Cpu),
-    )
-    .unwrap();
-    let gpu = octex_build::build(
-        &base,
-        dim,
-        Metric::L2,
-        &params(octex_build::BuildBackend::Gpu),
-    )
-    .unwrap();
+    let (cpu, gpu) = cpu_and_gpu_builds(&base, dim, octex_build::RowMethod::Exact);
     assert_eq!(cpu.report.backend, "cpu");
     assert_eq!(gpu.report.backend, "gpu");
     // The GPU's row products run on TF32 (relative error ~1e-3), so near-ties
@@ -324,25 +326,7 @@ fn gpu_search_rows_match_cpu_search_rows() {
     let base = clustered(25_000, dim, 50, 11);
     let queries = clustered(500, dim, 50, 12);
     let truth = brute_force(&base, &queries, dim, 10);
-    let params = |backend| octex_build::BuildParams {
-        backend,
-        row_method: octex_build::RowMethod::Search,
-        ..test_params()
-    };
-    let cpu = octex_build::build(
-        &base,
-        dim,
-        Metric::L2,
-        &params(octex_build::BuildBackend::Cpu),
-    )
-    .unwrap();
-    let gpu = octex_build::build(
-        &base,
-        dim,
-        Metric::L2,
-        &params(octex_build::BuildBackend::Gpu),
-    )
-    .unwrap();
+    let (cpu, gpu) = cpu_and_gpu_builds(&base, dim, octex_build::RowMethod::Search);
     let (ci, gi) = (Index::new(cpu.index), Index::new(gpu.index));
     let p = SearchParams::default();
     let r_cpu = recall(&ci.search(&queries, 10, &p).unwrap().ids, &truth, 10);

@@ -424,7 +424,7 @@ pub fn build(
         let mut parts = parts;
         parts.rows = match gpu_rows_job {
             Some(job) => {
-                let (found, secs) = job.join().expect("the GPU rows thread panicked");
+                let (found, secs) = job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
                 let (ids, dists) = found?;
                 report
                     .phases

@@ -244,41 +244,60 @@ impl Index {
         norms: &mut Vec<f32>,
         stored_space: bool,
     ) -> Result<(), SearchError> {
-        let dim = if stored_space {
+        let qdim = if stored_space {
             self.raw.dim()
         } else {
             self.dim()
         };
-        out.clear();
-        norms.clear();
-        for (qi, q) in queries.chunks_exact(dim).enumerate() {
+        let n = queries.len() / qdim.max(1);
+        out.resize(n * self.raw.dim(), 0.0);
+        norms.resize(n, 0.0);
+        self.prepare_rows(queries, out, norms, stored_space)
+    }
+
+    /// [`Index::prepare`] into slices sized for the queries (`out` is
+    /// `n x stored dim`, `norms` is `n`).
+    fn prepare_rows(
+        &self,
+        queries: &[f32],
+        out: &mut [f32],
+        norms: &mut [f32],
+        stored_space: bool,
+    ) -> Result<(), SearchError> {
+        let sdim = self.raw.dim();
+        let qdim = if stored_space { sdim } else { self.dim() };
+        let rows = queries
+            .chunks_exact(qdim)
+            .zip(out.chunks_exact_mut(sdim))
+            .zip(norms.iter_mut());
+        for (qi, ((q, o), norm)) in rows.enumerate() {
             let n2: f32 = q.iter().map(|v| v * v).sum();
-            norms.push(n2);
+            *norm = n2;
             if stored_space {
-                out.extend_from_slice(q);
+                o.copy_from_slice(q);
                 continue;
             }
             match self.metric() {
-                Metric::L2 => out.extend_from_slice(q),
+                Metric::L2 => o.copy_from_slice(q),
                 Metric::Cosine => {
                     if n2 == 0.0 {
                         return Err(SearchError::ZeroQuery { query: qi });
                     }
                     let inv = 1.0 / n2.sqrt();
-                    out.extend(q.iter().map(|v| v * inv));
+                    o.iter_mut().zip(q).for_each(|(o, v)| *o = v * inv);
                 }
                 Metric::InnerProduct => {
-                    out.extend_from_slice(q);
-                    out.push(0.0);
+                    o[..qdim].copy_from_slice(q);
+                    o[qdim] = 0.0;
                 }
             }
         }
         Ok(())
     }
 
-    /// As [`Index::prepare`] for queries in the input space, on all cores,
-    /// writing the stored-space queries into `out` (`n x stored dim`);
-    /// returns the queries' squared norms.
+    /// [`Index::prepare_rows`] on all cores for large batches (the GPU
+    /// pipeline writes straight into page-locked memory with it); returns the
+    /// queries' squared norms.
     fn prepare_parallel(
         &self,
         queries: &[f32],
@@ -288,33 +307,25 @@ impl Index {
         const ROWS: usize = 256;
         let sdim = self.raw.dim();
         let qdim = if stored_space { sdim } else { self.dim() };
+        let mut norms = vec![0f32; queries.len() / qdim.max(1)];
         if queries.len() < PARALLEL_VALUES {
-            let (mut stored, mut norms) = (Vec::with_capacity(out.len()), Vec::new());
-            self.prepare(queries, &mut stored, &mut norms, stored_space)?;
-            out.copy_from_slice(&stored);
+            self.prepare_rows(queries, out, &mut norms, stored_space)?;
             return Ok(norms);
         }
-        let parts: Vec<Result<Vec<f32>, SearchError>> = queries
+        queries
             .par_chunks(ROWS * qdim)
             .zip(out.par_chunks_mut(ROWS * sdim))
+            .zip(norms.par_chunks_mut(ROWS))
             .enumerate()
-            .map(|(ci, (q, o))| {
-                let (mut stored, mut norms) = (Vec::with_capacity(o.len()), Vec::new());
-                self.prepare(q, &mut stored, &mut norms, stored_space)
+            .try_for_each(|(ci, ((q, o), nr))| {
+                self.prepare_rows(q, o, nr, stored_space)
                     .map_err(|e| match e {
                         SearchError::ZeroQuery { query } => SearchError::ZeroQuery {
                             query: query + ci * ROWS,
                         },
                         e => e,
-                    })?;
-                o.copy_from_slice(&stored);
-                Ok(norms)
-            })
-            .collect();
-        let mut norms = Vec::with_capacity(queries.len() / qdim.max(1));
-        for p in parts {
-            norms.extend(p?);
-        }
+                    })
+            })?;
         Ok(norms)
     }
 

@@ -1,5 +1,7 @@
 //! Kernels around the cuBLAS products: bias subtraction, row norms and the
 //! running top-k of a tile of dot products (exact brute force, exact rows).
+//!
+//! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
 
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 

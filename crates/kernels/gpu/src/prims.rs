@@ -1,6 +1,14 @@
 //! Device primitives: thread indices, barriers, warp votes and shuffles,
 //! shared-memory atomics, read-only 16-byte loads, the block-wide bitonic sort
 //! and the candidate encoding shared by the search and the top-k kernels.
+//!
+//! # Safety (every `unsafe fn` of the kernel crate)
+//!
+//! Pointers come from the host's views ([`crate::layout::IndexView`],
+//! [`crate::layout::BatchView`]) or from this block's dynamic shared memory as
+//! [`crate::layout::SearchSmem`] lays it out, and indices stay inside the sizes
+//! those describe. Functions that contain a barrier, a warp vote or a shuffle
+//! are called by every thread of the block (or warp) on the same path.
 
 use core::arch::asm;
 use core::arch::nvptx::{_block_idx_x, _syncthreads, _thread_idx_x};

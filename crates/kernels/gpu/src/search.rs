@@ -2,6 +2,8 @@
 //! spacing decoded and looked up at once), `W` waves over the neighbour rows,
 //! exact rerank; the visited set and the candidate list in shared memory. Also
 //! `fragment_keys`, which decodes with the same code for the builder and tests.
+//!
+//! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
 
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 
@@ -258,98 +260,81 @@ struct Counts {
 /// Entries a thread loads before it visits them (loads in flight together).
 const GATHER: usize = 8;
 
-/// Visit entries `0..total` (`load(e)` gives entry `e`'s id or `PAD_ID`),
-/// `GATHER` per thread at a time with all loads issued first, and list the ids
-/// not seen before in `fresh`.
-#[inline(always)]
-unsafe fn gather(
-    total: u32,
-    load: impl Fn(u32) -> u32,
+/// The shared-memory state one round of the search reads and appends to: the
+/// query's sketch coordinates, the visited set, the list of ids first seen in
+/// the round, and the candidate buffer with its count.
+struct Round<'a> {
+    ix: &'a IndexView,
+    qs: *const f32,
+    scales: *const f32,
     hash: *mut u32,
     mask: u32,
     fresh: *mut u32,
     fresh_count: *mut u32,
-    seen: &mut u32,
-) {
-    let t = tid();
-    let mut base = 0;
-    while base < total {
-        let mut ids = [PAD_ID; GATHER];
-        for (g, id) in ids.iter_mut().enumerate() {
-            let e = base + t + g as u32 * T;
-            if e < total {
-                *id = load(e);
+    buf: *mut u64,
+    count: *mut u32,
+}
+
+impl Round<'_> {
+    /// Visit entries `0..total` (`load(e)` gives entry `e`'s id or `PAD_ID`),
+    /// `GATHER` per thread at a time with all loads issued first, and list the
+    /// ids not seen before in `fresh`; then, after a barrier, score the fresh
+    /// ids and append those whose key beats `threshold`. `seen` counts the
+    /// entries read. All threads of the block call it, with `fresh_count` zero.
+    #[inline(always)]
+    unsafe fn visit_and_score(
+        &self,
+        total: u32,
+        load: impl Fn(u32) -> u32,
+        seen: &mut u32,
+        threshold: u32,
+        counts: &mut Counts,
+    ) {
+        let t = tid();
+        let mut base = 0;
+        while base < total {
+            let mut ids = [PAD_ID; GATHER];
+            for (g, id) in ids.iter_mut().enumerate() {
+                let e = base + t + g as u32 * T;
+                if e < total {
+                    *id = load(e);
+                }
             }
-        }
-        for id in ids {
-            if id != PAD_ID {
-                *seen += 1;
-                // SAFETY: shared pointers of the layout; fresh holds every id a
-                // round can see (fresh_len).
-                unsafe {
-                    if visit(hash, mask, id) {
-                        let p = add_shared(fresh_count, 1);
-                        *fresh.add(p as usize) = id;
+            for id in ids {
+                if id != PAD_ID {
+                    *seen += 1;
+                    // SAFETY: shared pointers of the layout; fresh holds every
+                    // id a round can see (fresh_len).
+                    unsafe {
+                        if visit(self.hash, self.mask, id) {
+                            let p = add_shared(self.fresh_count, 1);
+                            *self.fresh.add(p as usize) = id;
+                        }
                     }
                 }
             }
+            base += GATHER as u32 * T;
         }
-        base += GATHER as u32 * T;
-    }
-}
-
-/// Score the `n` fresh ids and append those whose key beats `threshold`.
-/// (Scoring two rows per thread with their loads interleaved measured slower
-/// on the H200: rounds hold a few hundred fresh ids, so it idled half the
-/// threads.)
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn score_fresh(
-    ix: &IndexView,
-    qs: *const f32,
-    scales: *const f32,
-    fresh: *const u32,
-    n: u32,
-    buf: *mut u64,
-    count: *mut u32,
-    threshold: u32,
-    counts: &mut Counts,
-) {
-    let mut i = tid();
-    while i < n {
-        // SAFETY: i < n <= fresh_len; pushes stay under buf_len (sizes).
+        sync();
+        // Scoring two rows per thread with their loads interleaved measured
+        // slower on the H200: rounds hold a few hundred fresh ids, so it idled
+        // half the threads.
+        // SAFETY: the counter is complete after the barrier; i < n <= fresh_len;
+        // pushes stay under buf_len (sizes).
         unsafe {
-            let id = *fresh.add(i as usize);
-            let d = sketch_distance(ix, qs, scales, id);
-            counts.sketch += 1;
-            if f32_order_key(d) < threshold {
-                let pos = add_shared(count, 1);
-                *buf.add(pos as usize) = candidate(d, id);
+            let n = core::ptr::read_volatile(self.fresh_count);
+            let mut i = t;
+            while i < n {
+                let id = *self.fresh.add(i as usize);
+                let d = sketch_distance(self.ix, self.qs, self.scales, id);
+                counts.sketch += 1;
+                if f32_order_key(d) < threshold {
+                    let pos = add_shared(self.count, 1);
+                    *self.buf.add(pos as usize) = candidate(d, id);
+                }
+                i += T;
             }
         }
-        i += T;
-    }
-}
-
-/// Wait for the round's gather, then score its fresh ids.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn score_round(
-    ix: &IndexView,
-    qs: *const f32,
-    scales: *const f32,
-    fresh: *const u32,
-    fresh_count: *mut u32,
-    buf: *mut u64,
-    count: *mut u32,
-    threshold: u32,
-    counts: &mut Counts,
-) {
-    sync();
-    // SAFETY: shared counter, complete after the barrier.
-    unsafe {
-        let n = core::ptr::read_volatile(fresh_count);
-        score_fresh(ix, qs, scales, fresh, n, buf, count, threshold, counts);
     }
 }
 
@@ -495,26 +480,26 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
                 *ripples.add((frag as u64 * l + (e % r) as u64) as usize)
             }
         };
-        gather(
-            ix.copies * r,
-            load_ripple,
+        let round = Round {
+            ix: &ix,
+            qs,
+            scales,
             hash,
             mask,
             fresh,
             fresh_count,
-            &mut counts.first_round,
-        );
-        score_round(
-            &ix,
-            qs,
-            scales,
-            fresh,
-            fresh_count,
             buf,
             count,
+        };
+        let mut first_round = 0;
+        round.visit_and_score(
+            ix.copies * r,
+            load_ripple,
+            &mut first_round,
             u32::MAX,
             &mut counts,
         );
+        counts.first_round = first_round;
         sync();
         let found = core::ptr::read_volatile(count);
         let seeded = found < bt.start_points;
@@ -522,26 +507,8 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             reset_counter(fresh_count);
             let seeds = ix.seeds as *const u32;
             let mut unused = 0;
-            gather(
-                ix.n_seeds,
-                |e| *seeds.add(e as usize),
-                hash,
-                mask,
-                fresh,
-                fresh_count,
-                &mut unused,
-            );
-            score_round(
-                &ix,
-                qs,
-                scales,
-                fresh,
-                fresh_count,
-                buf,
-                count,
-                u32::MAX,
-                &mut counts,
-            );
+            let load_seed = |e: u32| *seeds.add(e as usize);
+            round.visit_and_score(ix.n_seeds, load_seed, &mut unused, u32::MAX, &mut counts);
         }
         let mut nbest = sort_and_trim(buf, count, bt.keep);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
@@ -567,26 +534,9 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
                 let u = *starts.add((e / lt) as usize);
                 *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
             };
-            gather(
-                ns * lt,
-                load_row,
-                hash,
-                mask,
-                fresh,
-                fresh_count,
-                &mut counts.row_entries,
-            );
-            score_round(
-                &ix,
-                qs,
-                scales,
-                fresh,
-                fresh_count,
-                buf,
-                count,
-                threshold,
-                &mut counts,
-            );
+            let mut row_entries = 0;
+            round.visit_and_score(ns * lt, load_row, &mut row_entries, threshold, &mut counts);
+            counts.row_entries += row_entries;
             nbest = sort_and_trim(buf, count, bt.keep);
             wave += 1;
         }

@@ -33,12 +33,15 @@ if [ ! -f "$D/data/glove-50/base.fvecs" ] && [ -f "$D/data/parts/glove-base.xz.p
 fi
 ls -la "$D/data"/* "$D/bin" | tee "$OUT/files.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.log"
-export OCTEX_DATA="$D/data" RUST_LOG=${RUST_LOG:-info}
+export OCTEX_DATA="$D/data" OCTEX_LOG=${OCTEX_LOG:-info}
 for step in "$@"; do
   echo "=== $step"
   case "$step" in
     tests)
-      "$D/bin/gpu-tests" --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" ;;
+      for t in "$D"/bin/*-tests; do
+        echo "--- $(basename "$t")"
+        "$t" --test-threads=1 --nocapture
+      done 2>&1 | tee "$OUT/tests.log" ;;
     bench:*)
       name=${step#bench:}
       idx=()

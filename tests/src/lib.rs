@@ -71,3 +71,13 @@ pub fn test_params() -> octex_build::BuildParams {
         ..Default::default()
     }
 }
+
+/// Device 0, or `None` (saying so) where there is no CUDA driver or device:
+/// every GPU test starts with it and skips cleanly without a GPU.
+pub fn gpu_or_skip(test: &str) -> Option<octex_kernels::Gpu> {
+    if !octex_kernels::driver_available() {
+        eprintln!("SKIPPED {test}: no CUDA driver or device on this machine");
+        return None;
+    }
+    Some(octex_kernels::Gpu::open(0).expect("a driver is present, so opening device 0 must work"))
+}

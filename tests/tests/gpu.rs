@@ -1,21 +1,12 @@
 //! GPU tests: run where a CUDA driver and device exist, and skip (saying so)
 //! everywhere else. CI has no GPU; these run on the lent H200 through the
-//! test binary built here and carried (`scripts/gpu-check.sh`).
+//! test binary built here and carried (`scripts/device-run.sh`).
 
 use octex_index::Metric;
 use octex_kernels::layout::{BatchView, IndexView};
-use octex_kernels::{driver_available, DeviceIndexView, Gpu, GpuBruteForce};
+use octex_kernels::{DeviceIndexView, GpuBruteForce};
 use octex_search::{GpuOptions, Index, SearchParams};
-use octex_tests::{brute_force, clustered, recall, test_params};
-
-/// `None` (with a note) when there is no GPU.
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
-    if !driver_available() {
-        eprintln!("SKIPPED {test}: no CUDA driver or device on this machine");
-        return None;
-    }
-    Some(Gpu::open(0).expect("a driver is present, so opening device 0 must work"))
-}
+use octex_tests::{brute_force, clustered, gpu_or_skip, recall, test_params};
 
 fn build(base: &[f32], dim: usize, metric: Metric) -> Index {
     let built = octex_build::build(base, dim, metric, &test_params()).unwrap();
@@ -235,7 +226,7 @@ fn far_queries_and_inner_product_on_gpu() {
 /// Without a driver, asking for the GPU is an error value.
 #[test]
 fn gpu_request_without_driver_is_an_error() {
-    if driver_available() {
+    if octex_kernels::driver_available() {
         eprintln!("SKIPPED gpu_request_without_driver_is_an_error: a GPU is present");
         return;
     }

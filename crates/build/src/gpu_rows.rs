@@ -4,13 +4,19 @@
 //! (cuBLAS products of query blocks with base tiles and a running top-k per
 //! query, `octex_kernels::GpuBruteForce`, a self-join that skips each vector).
 //! The rows' products run on TF32 tensor cores: rows agree with the CPU's exact
-//! rows except for near-ties, and search recall is the same.
+//! rows except for near-ties, and search recall is the same. A base larger
+//! than [`BASE_SHARE`] of free device memory goes over in chunks. Reverse
+//! entries come from one radix sort of (target, distance) pairs.
 
 use indicatif::ProgressBar;
+use octex_index::PAD_ID;
 use octex_kernels::layout::MAX_TOPK;
-use octex_kernels::{driver_available, Gpu, GpuBruteForce, GpuError};
+use octex_kernels::sort::KeyWord;
+use octex_kernels::{driver_available, Gpu, GpuBruteForce, GpuError, GpuSort};
 use octex_lattice::CopyMap;
+use rayon::prelude::*;
 
+use crate::rows::{self, ReverseLists};
 use crate::{BuildBackend, BuildError};
 
 /// Largest forward row length the GPU top-k takes.
@@ -61,8 +67,14 @@ pub fn principal(g: &Gpu, map: &CopyMap, x: &[f32]) -> Result<Vec<f32>, BuildErr
     Ok(out)
 }
 
+/// Share of free device memory the base of the exact rows may take; a larger
+/// base is processed in chunks (each query block meets every chunk, and the
+/// per-chunk lists are merged on the host).
+pub const BASE_SHARE: f64 = 0.4;
+
 /// The `k` nearest other vectors of every vector of `x` (`n x d`): ids and
-/// squared L2 distances, nearest first.
+/// squared L2 distances, nearest first. The base goes to the device whole when
+/// it fits in [`BASE_SHARE`] of free memory, else in chunks.
 pub fn exact_knn(
     g: &Gpu,
     x: &[f32],
@@ -70,32 +82,160 @@ pub fn exact_knn(
     k: usize,
     pb: &ProgressBar,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
+    g.context().bind_to_thread().map_err(GpuError::from)?;
+    let (free, _) =
+        octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
+    exact_knn_chunked(g, x, d, k, pb, (BASE_SHARE * free as f64) as usize)
+}
+
+/// [`exact_knn`] with at most `base_bytes` of base vectors on the device at a
+/// time (rounded to whole multiples of 65,536 rows).
+pub fn exact_knn_chunked(
+    g: &Gpu,
+    x: &[f32],
+    d: usize,
+    k: usize,
+    pb: &ProgressBar,
+    base_bytes: usize,
+) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let n = x.len() / d;
     if k > MAX_K {
         return Err(BuildError::Param(format!(
             "GPU exact rows take a row length of at most {MAX_K}, got {k}"
         )));
     }
-    // TF32 products: rows are graph edges for the search, not answers, and
-    // near-ties that swap do not change search recall (the GPU build parity
-    // test checks it), at a fraction of the time of f32 products.
-    let bf = GpuBruteForce::new(g, x, d)?.with_tf32(true);
-    if let Ok((gemm_ms, topk_ms)) = bf.profile_tile(8_192, k) {
+    // Chunk starts are multiples of ROWS_CHUNK, so a query block's self offset
+    // within a chunk never equals the "no skip" value u32::MAX.
+    let chunk_rows = (base_bytes / (4 * d)) / ROWS_CHUNK * ROWS_CHUNK;
+    let chunk_rows = chunk_rows.max(ROWS_CHUNK);
+    let chunks = n.div_ceil(chunk_rows);
+    if chunks > 1 {
         tracing::info!(
-            gemm_ms,
-            topk_ms,
-            tiles = n.div_ceil(65_536) * n.div_ceil(8_192),
-            "one tile of the exact rows (8192 queries x 65536 vectors)"
+            chunks,
+            chunk_rows,
+            "exact rows: the base streams to the GPU in chunks"
         );
     }
-    let mut ids = Vec::with_capacity(n * k);
-    let mut dists = Vec::with_capacity(n * k);
-    for start in (0..n).step_by(ROWS_CHUNK) {
-        let c = ROWS_CHUNK.min(n - start);
-        let (i, dd) = bf.search(&x[start * d..(start + c) * d], k, Some(start as u32))?;
-        ids.extend_from_slice(&i);
-        dists.extend_from_slice(&dd);
-        pb.inc(c as u64);
+    pb.set_length((n * chunks) as u64);
+    let mut ids = vec![PAD_ID; n * k];
+    let mut dists = vec![f32::INFINITY; n * k];
+    for c0 in (0..n).step_by(chunk_rows) {
+        let c1 = (c0 + chunk_rows).min(n);
+        // TF32 products: rows are graph edges for the search, not answers, and
+        // near-ties that swap do not change search recall (the GPU build parity
+        // test checks it), at a fraction of the time of f32 products.
+        let bf = GpuBruteForce::new(g, &x[c0 * d..c1 * d], d)?.with_tf32(true);
+        if c0 == 0 {
+            if let Ok((gemm_ms, topk_ms)) = bf.profile_tile(8_192, k.min(c1 - c0)) {
+                tracing::info!(
+                    gemm_ms,
+                    topk_ms,
+                    tiles = n.div_ceil(65_536) * n.div_ceil(8_192),
+                    "one tile of the exact rows (8192 queries x 65536 vectors)"
+                );
+            }
+        }
+        let kk = k.min(c1 - c0);
+        for start in (0..n).step_by(ROWS_CHUNK) {
+            let c = ROWS_CHUNK.min(n - start);
+            let self_base = (start as u32).wrapping_sub(c0 as u32);
+            let (ci, cd) = bf.search(&x[start * d..(start + c) * d], kk, Some(self_base))?;
+            let rows = start * k..(start + c) * k;
+            if chunks == 1 {
+                ids[rows.clone()].copy_from_slice(&ci);
+                dists[rows].copy_from_slice(&cd);
+            } else {
+                merge_rows(
+                    &mut ids[rows.clone()],
+                    &mut dists[rows],
+                    &ci,
+                    &cd,
+                    k,
+                    kk,
+                    c0 as u32,
+                );
+            }
+            pb.inc(c as u64);
+        }
     }
     Ok((ids, dists))
+}
+
+/// Merge per-chunk lists (`kk` per row, chunk-local ids offset by `base`) into
+/// the running lists (`k` per row), keeping the `k` nearest of each row.
+fn merge_rows(
+    ids: &mut [u32],
+    dists: &mut [f32],
+    ci: &[u32],
+    cd: &[f32],
+    k: usize,
+    kk: usize,
+    base: u32,
+) {
+    ids.par_chunks_mut(k)
+        .zip(dists.par_chunks_mut(k))
+        .zip(ci.par_chunks(kk).zip(cd.par_chunks(kk)))
+        .for_each(|((ri, rd), (ni, nd))| {
+            let mut merged: Vec<(f32, u32)> = ri
+                .iter()
+                .zip(rd.iter())
+                .filter(|(id, _)| **id != PAD_ID)
+                .map(|(&id, &dd)| (dd, id))
+                .collect();
+            merged.extend(
+                ni.iter()
+                    .zip(nd)
+                    .filter(|(id, _)| **id != PAD_ID)
+                    .map(|(&id, &dd)| (dd, id + base)),
+            );
+            merged.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for j in 0..k {
+                (ri[j], rd[j]) = merged
+                    .get(j)
+                    .map_or((PAD_ID, f32::INFINITY), |m| (m.1, m.0));
+            }
+        });
+}
+
+/// [`ReverseLists`] on the GPU: one stable radix sort of the (target,
+/// distance) pairs of every vector's first `ks` forward neighbours.
+pub fn reverse_lists(
+    g: &Gpu,
+    fwd_ids: &[u32],
+    fwd_dist: &[f32],
+    k: usize,
+    ks: usize,
+) -> Result<ReverseLists, BuildError> {
+    let n = fwd_ids.len() / k.max(1);
+    let ks = ks.min(k).max(1);
+    let pairs = n * ks;
+    if pairs >= u32::MAX as usize {
+        return Ok(rows::reverse_lists(fwd_ids, fwd_dist, k, ks));
+    }
+    let head = |v: usize| (v * k)..(v * k + ks);
+    let targets: Vec<u32> = (0..n)
+        .into_par_iter()
+        .flat_map_iter(|v| fwd_ids[head(v)].iter().copied())
+        .collect();
+    let dist_bits: Vec<u32> = (0..n)
+        .into_par_iter()
+        .flat_map_iter(|v| fwd_dist[head(v)].iter().map(|f| f.to_bits()))
+        .collect();
+    let (dt, dd) = (g.upload(&targets)?, g.upload(&dist_bits)?);
+    let mut sorter = GpuSort::new(g, pairs)?;
+    let mut perm = g.zeros::<u32>(pairs)?;
+    sorter.sort_ids(&mut perm, pairs, &[KeyWord::U32(&dd), KeyWord::U32(&dt)])?;
+    let mut order = vec![0u32; pairs];
+    g.download(&perm, &mut order)?;
+    // Missing neighbours (PAD_ID targets) sort last.
+    let valid = order.partition_point(|&p| targets[p as usize] != PAD_ID);
+    let mut offsets = vec![0u32; n + 1];
+    for &p in &order[..valid] {
+        offsets[targets[p as usize] as usize + 1] += 1;
+    }
+    for u in 0..n {
+        offsets[u + 1] += offsets[u];
+    }
+    let sources = order[..valid].par_iter().map(|&p| p / ks as u32).collect();
+    Ok(ReverseLists { offsets, sources })
 }

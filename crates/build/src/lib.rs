@@ -16,6 +16,7 @@
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
 //! scale with `n` and `D` and a size estimate callable before building.
 
+pub mod gpu_ripples;
 pub mod gpu_rows;
 pub mod knn;
 pub mod params;
@@ -30,15 +31,14 @@ use std::borrow::Cow;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use octex_index::{
-    Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, TableEntry, VectorDtype,
-};
+use octex_index::{Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, VectorDtype};
 use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
 
 use gpu_rows::open_gpu;
 pub use params::{BuildBackend, BuildParams, ResolvedParams, RowMethod, SizeEstimate};
+use ripples::FlatRipples;
 
 /// Why a build refused its input.
 #[derive(Debug, thiserror::Error)]
@@ -218,6 +218,102 @@ pub fn build(
         tracing::info!(device = %g.describe(), exact_rows, "building on the GPU");
     }
 
+    // Neighbour rows need only the vectors: on the GPU they start at once on a
+    // thread of their own, overlapped with everything else (the build takes
+    // the longer of the two, not their sum).
+    let shape = rows::RowShape {
+        row_len: p.row_len,
+        forward_head: p.forward_head,
+        reverse_max: p.reverse_max,
+        reverse_source: p.reverse_source,
+    };
+    let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
+    let pb = bar(n, "neighbour rows", params.progress);
+    let (parts, map, choice) = std::thread::scope(|scope| -> Result<_, BuildError> {
+        let gpu_rows_job = match (&gpu, exact_rows) {
+            (Some(g), true) => {
+                let pb = &pb;
+                let job = scope.spawn(move || {
+                    let t = Instant::now();
+                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, pb);
+                    (found, t.elapsed().as_secs_f64())
+                });
+                Some((g, job))
+            }
+            _ => None,
+        };
+        let (parts, map, choice) = structure(
+            x,
+            sdim,
+            dim,
+            metric,
+            max_norm,
+            &p,
+            params,
+            gpu.is_some(),
+            &mut report,
+        )?;
+        let mut parts = parts;
+        parts.rows = match gpu_rows_job {
+            Some((g, job)) => {
+                let (found, secs) = job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                let (ids, dists) = found?;
+                report
+                    .phases
+                    .push(("rows_exact_gpu (overlapped)".to_string(), secs));
+                let rev = report.phase("rows_reverse_gpu", || {
+                    gpu_rows::reverse_lists(g, &ids, &dists, k_fwd, shape.reverse_source)
+                })?;
+                report.phase("rows_assemble", || {
+                    rows::assemble_with(&ids, k_fwd, shape, &rev)
+                })
+            }
+            None if exact_rows => report.phase("rows_exact", || {
+                let (ids, dists) =
+                    knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| {
+                        pb.inc(done as u64)
+                    });
+                rows::assemble(&ids, &dists, k_fwd, shape)
+            }),
+            None => report.phase("rows_search", || {
+                search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb, gpu.is_some())
+            })?,
+        };
+        pb.finish_and_clear();
+        Ok((parts, map, choice))
+    })?;
+    let index = report.phase("finish", || Index::from_parts(parts))?;
+    report.sizes = sizes_of(&index);
+    report.spacings = map.spacings.clone();
+    report.spacing_hit_rates = choice.hit_rates;
+    report.spacing_median_sizes = choice.median_sizes;
+    report.params = Some(p);
+    report.backend = if gpu.is_some() { "gpu" } else { "cpu" }.to_string();
+    Ok(Built { index, report })
+}
+
+/// Everything of the index but its neighbour rows: PCA, the copy map and its
+/// spacings, the principal coordinates, the ripples and key tables of every
+/// copy, the sketch, and the assembled parts (`rows` left empty).
+#[allow(clippy::too_many_arguments)]
+fn structure(
+    x: &[f32],
+    sdim: usize,
+    dim: usize,
+    metric: Metric,
+    max_norm: f32,
+    p: &ResolvedParams,
+    params: &BuildParams,
+    on_gpu: bool,
+    report: &mut BuildReport,
+) -> Result<(IndexParts, CopyMap, spacing::SpacingChoice), BuildError> {
+    let n = x.len() / sdim;
+    // A context of its own (own stream and cuBLAS handle, exact f32 products),
+    // beside the rows thread's TF32 products on the caller's.
+    let gpu = match on_gpu {
+        true => Some(report.phase("gpu_open", || octex_kernels::Gpu::open(0))?),
+        false => None,
+    };
     // PCA: the copies draw from the top-64 subspace, the sketch needs the top w.
     let m_copy = sdim.min(64);
     let m = m_copy.max(p.sketch_width.min(sdim));
@@ -254,11 +350,11 @@ pub fn build(
     // Spacings, from copy 0 over (a sample of) the data.
     let choice = report.phase("spacings", || {
         if let Some(s) = &p.spacings {
-            return spacing::SpacingChoice {
+            return Ok(spacing::SpacingChoice {
                 spacings: s.clone(),
                 hit_rates: vec![],
                 median_sizes: vec![],
-            };
+            });
         }
         let probe = pca::sample_rows(n, spacing::PROBE_ROWS, p.seed ^ 0x5eed);
         let z0 = project_copy(&pcs, &map, 0, Some(&probe));
@@ -268,16 +364,14 @@ pub fn build(
             projected_variance = var,
             "scale of copy 0's projected coordinates (expect ~1)"
         );
-        spacing::choose(
-            &map,
-            &z0,
-            p.min_fragment,
-            p.list_len,
-            p.finest_hit_rate,
-            p.spacing_ratio,
-            p.max_spacings,
-        )
-    });
+        let (pmin, l) = (p.min_fragment, p.list_len);
+        let (rate, ratio, most) = (p.finest_hit_rate, p.spacing_ratio, p.max_spacings);
+        match &gpu {
+            // The same projection as the CPU's, so both choose the same spacings.
+            Some(g) => gpu_ripples::choose_spacings(g, &map, &z0, pmin, l, rate, ratio, most),
+            None => Ok(spacing::choose(&map, &z0, pmin, l, rate, ratio, most)),
+        }
+    })?;
     if choice.spacings.is_empty()
         || !choice.spacings.windows(2).all(|w| w[0] < w[1])
         || choice.spacings.iter().any(|&s| s.is_nan() || s <= 0.0)
@@ -291,33 +385,20 @@ pub fn build(
     tracing::info!(spacings = ?map.spacings, hit_rates = ?choice.hit_rates, median_sizes = ?choice.median_sizes, "spacings chosen");
     let nsp = map.spacings.len();
 
-    // Neighbour rows need only the vectors: on the GPU they run on a thread of
-    // their own, overlapped with the ripples, sketch and assembly on the CPU
-    // cores (the build takes the longer of the two, not their sum).
-    let shape = rows::RowShape {
-        row_len: p.row_len,
-        forward_head: p.forward_head,
-        reverse_max: p.reverse_max,
-        reverse_source: p.reverse_source,
+    // Fragment ripples, copy by copy.
+    let pb_ripples = bar(p.copies, "ripples", params.progress);
+    let device_pcs = match &gpu {
+        Some(g) => Some(report.phase("principal_upload", || {
+            gpu_ripples::DevicePrincipal::new(g, &pcs, m)
+        })?),
+        None => None,
     };
-    let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
-    let pb = bar(n, "neighbour rows", params.progress);
-    let parts = std::thread::scope(|scope| -> Result<IndexParts, BuildError> {
-        let gpu_rows_job = match (&gpu, exact_rows) {
-            (Some(g), true) => {
-                let pb = &pb;
-                Some(scope.spawn(move || {
-                    let t = Instant::now();
-                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, pb);
-                    (found, t.elapsed().as_secs_f64())
-                }))
-            }
-            _ => None,
-        };
-        // Fragment ripples, copy by copy.
-        let pb_ripples = bar(p.copies, "ripples", params.progress);
-        let per_copy: Vec<Vec<ripples::SpacingRipples>> = report.phase("ripples", || {
-            (0..p.copies)
+    let flat: FlatRipples = report.phase("ripples", || match (&gpu, &device_pcs) {
+        (Some(g), Some(dp)) => {
+            gpu_ripples::build_all(g, &map, dp, p.list_len, p.min_fragment, &pb_ripples)
+        }
+        _ => {
+            let per_copy = (0..p.copies)
                 .into_par_iter()
                 .map(|c| {
                     let z = project_copy(&pcs, &map, c, None);
@@ -325,136 +406,89 @@ pub fn build(
                     pb_ripples.inc(1);
                     r
                 })
-                .collect()
-        });
-        pb_ripples.finish_and_clear();
-
-        // Sketch: the first w principal coordinates (zero beyond m).
-        let w = p.sketch_width;
-        let (sketch_scales, sketch_rows) = report.phase("sketch", || {
-            let coords: Vec<f32> = pcs
-                .par_chunks(m)
-                .flat_map_iter(|r| (0..w).map(move |j| if j < m { r[j] } else { 0.0 }))
                 .collect();
-            let sampled: Vec<f32> = sample
-                .iter()
-                .flat_map(|&r| coords[r * w..(r + 1) * w].to_vec())
-                .collect();
-            let scales = sketch::fit_scales(&sampled, w);
-            let rows = sketch::encode(&coords, &scales);
-            (scales, rows)
-        });
-        drop(pcs);
-
-        report.fragments = vec![0; nsp];
-        report.short_fragments = vec![0; nsp];
-        for copy in &per_copy {
-            for (s, sr) in copy.iter().enumerate() {
-                report.fragments[s] += sr.keys.len();
-                report.short_fragments[s] += sr.short;
-                report.key_collisions += sr.collisions;
-            }
+            Ok(FlatRipples::from_copies(per_copy, p.list_len))
         }
-        let parts = report.phase("assemble", || {
-            let mut tables = Vec::with_capacity(p.copies * nsp);
-            let mut table_keys = Vec::new();
-            let mut table_slots = Vec::new();
-            let mut ripples = Vec::new();
-            for copy in &per_copy {
-                for sr in copy.iter() {
-                    let (sk, si) = octex_index::table::build_table(&sr.keys);
-                    tables.push(TableEntry {
-                        slot_offset: table_keys.len() as u64,
-                        capacity: sk.len() as u64,
-                        ripple_base: (ripples.len() / p.list_len) as u64,
-                        fragments: sr.keys.len() as u64,
-                    });
-                    table_keys.extend_from_slice(&sk);
-                    table_slots.extend_from_slice(&si);
-                    ripples.extend_from_slice(&sr.ripples);
-                }
-            }
-            let vectors = match p.vector_dtype {
-                VectorDtype::F16 => {
-                    RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
-                }
-                VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
-            };
-            let header = IndexHeader {
-                crate_version: env!("CARGO_PKG_VERSION").to_string(),
-                metric,
-                n: n as u64,
-                input_dim: dim as u32,
-                dim: sdim as u32,
-                basis_dim: m as u32,
-                rotation_dim: m_copy as u32,
-                copies: p.copies as u32,
-                blocks: p.blocks as u32,
-                spacings: nsp as u32,
-                list_len: p.list_len as u32,
-                min_fragment: p.min_fragment as u32,
-                sketch_width: w as u32,
-                row_len: p.row_len as u32,
-                vector_dtype: p.vector_dtype,
-                max_norm,
-                seed: p.seed,
-                build_params: serde_json::to_string(&p).unwrap_or_default(),
-                sections: Vec::new(),
-            };
-            IndexParts {
-                header,
-                mean: pca.mean.clone(),
-                basis: map.basis.clone(),
-                basis_bias: map.basis_bias.clone(),
-                rotation: map.rotation.clone(),
-                shifts: map.shifts.clone(),
-                spacings: map.spacings.clone(),
-                sketch_scales,
-                sketch: sketch_rows,
-                rows: Vec::new(),
-                tables,
-                table_keys,
-                table_slots,
-                ripples,
-                vectors,
-            }
-        });
-        drop(per_copy);
-
-        let mut parts = parts;
-        parts.rows = match gpu_rows_job {
-            Some(job) => {
-                let (found, secs) = job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-                let (ids, dists) = found?;
-                report
-                    .phases
-                    .push(("rows_exact_gpu (overlapped)".to_string(), secs));
-                report.phase("rows_assemble", || {
-                    rows::assemble(&ids, &dists, k_fwd, shape)
-                })
-            }
-            None if exact_rows => report.phase("rows_exact", || {
-                let (ids, dists) =
-                    knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| {
-                        pb.inc(done as u64)
-                    });
-                rows::assemble(&ids, &dists, k_fwd, shape)
-            }),
-            None => report.phase("rows_search", || {
-                search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb, gpu.is_some())
-            })?,
-        };
-        pb.finish_and_clear();
-        Ok(parts)
     })?;
-    let index = report.phase("finish", || Index::from_parts(parts))?;
-    report.sizes = sizes_of(&index);
-    report.spacings = map.spacings.clone();
-    report.spacing_hit_rates = choice.hit_rates;
-    report.spacing_median_sizes = choice.median_sizes;
-    report.params = Some(p);
-    report.backend = if gpu.is_some() { "gpu" } else { "cpu" }.to_string();
-    Ok(Built { index, report })
+    pb_ripples.finish_and_clear();
+
+    // Sketch: the first w principal coordinates (zero beyond m), scales
+    // from the PCA sample.
+    let w = p.sketch_width;
+    let (sketch_scales, sketch_rows) = report.phase("sketch", || {
+        let pcs_ref: &[f32] = &pcs;
+        let row = move |r: usize| (0..w).map(move |j| if j < m { pcs_ref[r * m + j] } else { 0.0 });
+        let sampled: Vec<f32> = sample.iter().flat_map(|&r| row(r)).collect();
+        let scales = sketch::fit_scales(&sampled, w);
+        let rows = match (&gpu, &device_pcs) {
+            (Some(g), Some(dp)) => gpu_ripples::sketch(g, dp, w, &scales)?,
+            _ => {
+                let coords: Vec<f32> = (0..n).into_par_iter().flat_map_iter(row).collect();
+                sketch::encode(&coords, &scales)
+            }
+        };
+        Ok::<_, BuildError>((scales, rows))
+    })?;
+    drop(device_pcs);
+    drop(pcs);
+
+    report.fragments = flat.fragments.clone();
+    report.short_fragments = flat.short.clone();
+    report.key_collisions = flat.collisions;
+    let parts = report.phase("assemble", || {
+        let FlatRipples {
+            tables,
+            table_keys,
+            table_slots,
+            ripples,
+            ..
+        } = flat;
+        let vectors = match p.vector_dtype {
+            VectorDtype::F16 => {
+                RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
+            }
+            VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
+        };
+        let header = IndexHeader {
+            crate_version: env!("CARGO_PKG_VERSION").to_string(),
+            metric,
+            n: n as u64,
+            input_dim: dim as u32,
+            dim: sdim as u32,
+            basis_dim: m as u32,
+            rotation_dim: m_copy as u32,
+            copies: p.copies as u32,
+            blocks: p.blocks as u32,
+            spacings: nsp as u32,
+            list_len: p.list_len as u32,
+            min_fragment: p.min_fragment as u32,
+            sketch_width: w as u32,
+            row_len: p.row_len as u32,
+            vector_dtype: p.vector_dtype,
+            max_norm,
+            seed: p.seed,
+            build_params: serde_json::to_string(&p).unwrap_or_default(),
+            sections: Vec::new(),
+        };
+        IndexParts {
+            header,
+            mean: pca.mean.clone(),
+            basis: map.basis.clone(),
+            basis_bias: map.basis_bias.clone(),
+            rotation: map.rotation.clone(),
+            shifts: map.shifts.clone(),
+            spacings: map.spacings.clone(),
+            sketch_scales,
+            sketch: sketch_rows,
+            rows: Vec::new(),
+            tables,
+            table_keys,
+            table_slots,
+            ripples,
+            vectors,
+        }
+    });
+    Ok((parts, map, choice))
 }
 
 /// Bytes per part of a built or loaded index.

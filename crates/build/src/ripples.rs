@@ -19,7 +19,9 @@
 //! `PAD_ID`).
 
 use octex_index::table::{build_table, lookup, PAD_ID};
+use octex_index::TableEntry;
 use octex_lattice::CopyMap;
+use rayon::prelude::*;
 
 /// Parent members considered when completing a short fragment.
 pub const PARENT_CANDIDATES: usize = 64;
@@ -35,6 +37,84 @@ pub struct SpacingRipples {
     pub short: usize,
     /// Keys dropped for collisions.
     pub collisions: usize,
+}
+
+/// The ripples and key tables of every (copy, spacing), laid out as the index
+/// stores them: `tables[c * spacings + s]` says where table (c, s) lives in the
+/// flat arrays (the data need not be in table order: the GPU appends spacings
+/// coarsest first).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlatRipples {
+    pub tables: Vec<TableEntry>,
+    pub table_keys: Vec<u64>,
+    pub table_slots: Vec<u32>,
+    pub ripples: Vec<u32>,
+    /// Stored fragments per spacing, over all copies.
+    pub fragments: Vec<usize>,
+    /// Of those, completed from the coarser spacing.
+    pub short: Vec<usize>,
+    pub collisions: usize,
+}
+
+impl FlatRipples {
+    /// Empty tables for `copies x spacings`.
+    pub fn new(copies: usize, spacings: usize) -> Self {
+        Self {
+            tables: vec![TableEntry::default(); copies * spacings],
+            fragments: vec![0; spacings],
+            short: vec![0; spacings],
+            ..Default::default()
+        }
+    }
+
+    /// Room for one more table of `capacity` slots and `ripple_ids` ids (the
+    /// new ranges zeroed on all cores, so first touches of fresh pages run in
+    /// parallel); returns the table's entry, already recorded at `at`.
+    pub fn append(
+        &mut self,
+        at: usize,
+        capacity: usize,
+        ripple_ids: usize,
+        list_len: usize,
+    ) -> TableEntry {
+        let e = TableEntry {
+            slot_offset: self.table_keys.len() as u64,
+            capacity: capacity as u64,
+            ripple_base: (self.ripples.len() / list_len) as u64,
+            fragments: (ripple_ids / list_len) as u64,
+        };
+        self.tables[at] = e;
+        self.table_keys
+            .par_extend(rayon::iter::repeat_n(0u64, capacity));
+        self.table_slots
+            .par_extend(rayon::iter::repeat_n(0u32, capacity));
+        self.ripples
+            .par_extend(rayon::iter::repeat_n(0u32, ripple_ids));
+        e
+    }
+
+    /// Flatten the CPU builder's per-copy ripples, building the key tables (in
+    /// parallel over tables).
+    pub fn from_copies(per_copy: Vec<Vec<SpacingRipples>>, list_len: usize) -> Self {
+        let spacings = per_copy.first().map_or(0, |c| c.len());
+        let mut flat = Self::new(per_copy.len(), spacings);
+        let levels: Vec<SpacingRipples> = per_copy.into_iter().flatten().collect();
+        let tables: Vec<(Vec<u64>, Vec<u32>)> =
+            levels.par_iter().map(|sr| build_table(&sr.keys)).collect();
+        for (t, (sr, (sk, si))) in levels.iter().zip(tables).enumerate() {
+            let e = flat.append(t, sk.len(), sr.ripples.len(), list_len);
+            let so = e.slot_offset as usize;
+            flat.table_keys[so..so + sk.len()].copy_from_slice(&sk);
+            flat.table_slots[so..so + si.len()].copy_from_slice(&si);
+            let rb = e.ripple_base as usize * list_len;
+            flat.ripples[rb..rb + sr.ripples.len()].copy_from_slice(&sr.ripples);
+            let s = t % spacings.max(1);
+            flat.fragments[s] += sr.keys.len();
+            flat.short[s] += sr.short;
+            flat.collisions += sr.collisions;
+        }
+        flat
+    }
 }
 
 /// Ripples of one copy, spacing by spacing (finest first, as in the index).

@@ -17,12 +17,20 @@ pub struct RowShape {
     pub reverse_source: usize,
 }
 
-/// Assemble rows from forward lists (`n x k` ids and distances, nearest first,
-/// `PAD_ID` for missing entries).
-pub fn assemble(fwd_ids: &[u32], fwd_dist: &[f32], k: usize, shape: RowShape) -> Vec<u32> {
+/// Reverse entries grouped by target: `offsets` (`n + 1`) delimit, in
+/// `sources`, the vectors that list each target among their first `k_s`
+/// forward neighbours, nearest first (ties by source id).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReverseLists {
+    pub offsets: Vec<u32>,
+    pub sources: Vec<u32>,
+}
+
+/// [`ReverseLists`] on the CPU: a counting sort by target, then a sort of each
+/// target's sources by distance.
+pub fn reverse_lists(fwd_ids: &[u32], fwd_dist: &[f32], k: usize, ks: usize) -> ReverseLists {
     let n = fwd_ids.len() / k.max(1);
-    let ks = shape.reverse_source.min(k);
-    // Reverse candidates grouped by target (counting sort), each with its distance.
+    let ks = ks.min(k);
     let mut counts = vec![0u32; n + 1];
     for v in 0..n {
         for &u in fwd_ids[v * k..v * k + ks].iter().filter(|&&u| u != PAD_ID) {
@@ -43,39 +51,61 @@ pub fn assemble(fwd_ids: &[u32], fwd_dist: &[f32], k: usize, shape: RowShape) ->
             }
         }
     }
+    // Sort each target's group: split `rev` at the group boundaries.
+    let mut groups: Vec<&mut [(f32, u32)]> = Vec::with_capacity(n);
+    let mut rest: &mut [(f32, u32)] = &mut rev;
+    for u in 0..n {
+        let (g, r) = rest.split_at_mut((counts[u + 1] - counts[u]) as usize);
+        groups.push(g);
+        rest = r;
+    }
+    groups
+        .par_iter_mut()
+        .for_each(|g| g.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))));
+    ReverseLists {
+        offsets: counts,
+        sources: rev.into_iter().map(|r| r.1).collect(),
+    }
+}
+
+/// Assemble rows from forward lists (`n x k` ids and distances, nearest first,
+/// `PAD_ID` for missing entries).
+pub fn assemble(fwd_ids: &[u32], fwd_dist: &[f32], k: usize, shape: RowShape) -> Vec<u32> {
+    let rev = reverse_lists(fwd_ids, fwd_dist, k, shape.reverse_source);
+    assemble_with(fwd_ids, k, shape, &rev)
+}
+
+/// Assemble rows from forward lists and their reverse lists.
+pub fn assemble_with(fwd_ids: &[u32], k: usize, shape: RowShape, rev: &ReverseLists) -> Vec<u32> {
+    let n = fwd_ids.len() / k.max(1);
     let lt = shape.row_len;
     let mut rows = vec![PAD_ID; n * lt];
-    rows.par_chunks_mut(lt).enumerate().for_each_init(
-        Vec::new,
-        |buf: &mut Vec<(f32, u32)>, (u, row)| {
-            let fwd = &fwd_ids[u * k..(u + 1) * k];
-            let mut len = 0;
-            let push = |id: u32, row: &mut [u32], len: &mut usize| {
-                if id != PAD_ID && id as usize != u && *len < lt && !row[..*len].contains(&id) {
-                    row[*len] = id;
-                    *len += 1;
-                }
-            };
-            for &id in fwd.iter().take(shape.forward_head) {
-                push(id, row, &mut len);
+    rows.par_chunks_mut(lt).enumerate().for_each(|(u, row)| {
+        let fwd = &fwd_ids[u * k..(u + 1) * k];
+        let mut len = 0;
+        let push = |id: u32, row: &mut [u32], len: &mut usize| {
+            if id != PAD_ID && id as usize != u && *len < lt && !row[..*len].contains(&id) {
+                row[*len] = id;
+                *len += 1;
             }
-            buf.clear();
-            buf.extend_from_slice(&rev[counts[u] as usize..counts[u + 1] as usize]);
-            buf.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            let mut taken = 0;
-            for &(_, v) in buf.iter() {
-                if taken == shape.reverse_max {
-                    break;
-                }
-                let before = len;
-                push(v, row, &mut len);
-                taken += (len > before) as usize;
+        };
+        for &id in fwd.iter().take(shape.forward_head) {
+            push(id, row, &mut len);
+        }
+        let mut taken = 0;
+        let sources = &rev.sources[rev.offsets[u] as usize..rev.offsets[u + 1] as usize];
+        for &v in sources {
+            if taken == shape.reverse_max {
+                break;
             }
-            for &id in fwd.iter().skip(shape.forward_head) {
-                push(id, row, &mut len);
-            }
-        },
-    );
+            let before = len;
+            push(v, row, &mut len);
+            taken += (len > before) as usize;
+        }
+        for &id in fwd.iter().skip(shape.forward_head) {
+            push(id, row, &mut len);
+        }
+    });
     rows
 }
 

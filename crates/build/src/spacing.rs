@@ -16,11 +16,12 @@ use rayon::prelude::*;
 pub const PROBE_ROWS: usize = 1_000_000;
 
 /// Per-vector population statistics of copy 0's fragments at one spacing.
-struct Probe {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Probe {
     /// Share of vectors whose fragment holds >= pmin other vectors.
-    hit_rate: f64,
+    pub hit_rate: f64,
     /// Median over vectors of their fragment's size.
-    median_size: usize,
+    pub median_size: usize,
 }
 
 fn probe(map: &CopyMap, z: &[f32], spacing: f32, pmin: usize) -> Probe {
@@ -34,30 +35,37 @@ fn probe(map: &CopyMap, z: &[f32], spacing: f32, pmin: usize) -> Probe {
         .map(|zr| m.fragment(zr, 0, 0).0.key)
         .collect();
     keys.par_sort_unstable();
-    let mut runs: Vec<usize> = keys.chunk_by(|a, b| a == b).map(|run| run.len()).collect();
-    let total = keys.len();
-    let hits: usize = runs.iter().filter(|&&c| c > pmin).sum();
-    // The median over vectors of their fragment's size: the size at position
-    // total / 2 of the multiset holding c copies of each run length c.
-    runs.sort_unstable();
-    let mid = total / 2;
-    let mut seen = 0;
-    let mut median = 0;
-    for c in runs {
-        seen += c;
-        if seen > mid {
-            median = c;
-            break;
+    let runs: Vec<usize> = keys.chunk_by(|a, b| a == b).map(|run| run.len()).collect();
+    Probe::from_runs(runs, pmin)
+}
+
+impl Probe {
+    /// From the fragment sizes (one per populated fragment; they sum to the
+    /// vectors probed).
+    pub fn from_runs(mut runs: Vec<usize>, pmin: usize) -> Probe {
+        let total: usize = runs.iter().sum();
+        let hits: usize = runs.iter().filter(|&&c| c > pmin).sum();
+        // The median over vectors of their fragment's size: the size at position
+        // total / 2 of the multiset holding c copies of each run length c.
+        runs.sort_unstable();
+        let mid = total / 2;
+        let mut seen = 0;
+        let mut median = 0;
+        for c in runs {
+            seen += c;
+            if seen > mid {
+                median = c;
+                break;
+            }
         }
-    }
-    Probe {
-        hit_rate: hits as f64 / total.max(1) as f64,
-        median_size: median,
+        Probe {
+            hit_rate: hits as f64 / total.max(1) as f64,
+            median_size: median,
+        }
     }
 }
 
-/// The chosen spacings and what was measured for each.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SpacingChoice {
     pub spacings: Vec<f32>,
     pub hit_rates: Vec<f64>,
@@ -74,10 +82,28 @@ pub fn choose(
     ratio: f64,
     max_spacings: usize,
 ) -> SpacingChoice {
+    choose_with(
+        &mut |f| Ok::<_, std::convert::Infallible>(probe(map, z, f, pmin)),
+        list_len,
+        hit_rate,
+        ratio,
+        max_spacings,
+    )
+    .unwrap_or_else(|e| match e {})
+}
+
+/// [`choose`] with another way to probe a spacing (the GPU's).
+pub fn choose_with<E>(
+    probe: &mut dyn FnMut(f32) -> Result<Probe, E>,
+    list_len: usize,
+    hit_rate: f64,
+    ratio: f64,
+    max_spacings: usize,
+) -> Result<SpacingChoice, E> {
     let (mut lo, mut hi) = (0.05f64, 256.0f64);
     for _ in 0..14 {
         let mid = (lo * hi).sqrt();
-        if probe(map, z, mid as f32, pmin).hit_rate >= hit_rate {
+        if probe(mid as f32)?.hit_rate >= hit_rate {
             hi = mid;
         } else {
             lo = mid;
@@ -90,7 +116,7 @@ pub fn choose(
     };
     let mut f = hi;
     for _ in 0..max_spacings {
-        let p = probe(map, z, f as f32, pmin);
+        let p = probe(f as f32)?;
         out.spacings.push(f as f32);
         out.hit_rates.push(p.hit_rate);
         out.median_sizes.push(p.median_size);
@@ -99,7 +125,7 @@ pub fn choose(
         }
         f *= ratio;
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

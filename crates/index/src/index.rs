@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use half::f16;
 use memmap2::Mmap;
+use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::atomic::write_atomically;
@@ -122,6 +123,9 @@ impl Default for LoadOptions {
     }
 }
 
+/// Bytes per parallel copy job when an index is assembled in memory.
+const COPY_CHUNK: usize = 16 << 20;
+
 fn section_bytes(parts: &IndexParts, kind: SectionKind) -> &[u8] {
     use SectionKind::*;
     match kind {
@@ -164,6 +168,11 @@ impl Index {
                 checksum: 0,
             })
             .collect();
+        // Checksums do not depend on the offsets: hash every section once, in parallel.
+        let checksums: Vec<u64> = SectionKind::ALL
+            .par_iter()
+            .map(|&kind| xxh3_64(section_bytes(&parts, kind)))
+            .collect();
         let mut header_bytes;
         loop {
             header_bytes =
@@ -175,13 +184,13 @@ impl Index {
                 })?;
             let mut off = align_up(PREAMBLE_LEN + header_bytes.len());
             let mut changed = false;
-            for entry in header.sections.iter_mut() {
+            for (entry, &checksum) in header.sections.iter_mut().zip(&checksums) {
                 let b = section_bytes(&parts, entry.kind);
                 let new = SectionEntry {
                     kind: entry.kind,
                     offset: off as u64,
                     len: b.len() as u64,
-                    checksum: xxh3_64(b),
+                    checksum,
                 };
                 changed |= new != *entry;
                 *entry = new;
@@ -203,10 +212,19 @@ impl Index {
             buf[12..16].copy_from_slice(&(header_bytes.len() as u32).to_le_bytes());
             buf[16..24].copy_from_slice(&xxh3_64(&header_bytes).to_le_bytes());
             buf[24..24 + header_bytes.len()].copy_from_slice(&header_bytes);
+            // Sections in parallel, each in chunks (a large copy is page-fault bound).
+            let mut at = 24 + header_bytes.len();
+            let (_, mut rest) = buf.split_at_mut(at);
+            let mut jobs: Vec<(&mut [u8], &[u8])> = Vec::new();
             for entry in &header.sections {
                 let b = section_bytes(&parts, entry.kind);
-                buf[entry.offset as usize..entry.offset as usize + b.len()].copy_from_slice(b);
+                let (_, r) = std::mem::take(&mut rest).split_at_mut(entry.offset as usize - at);
+                let (dst, r) = r.split_at_mut(b.len());
+                rest = r;
+                at = entry.offset as usize + b.len();
+                jobs.extend(dst.chunks_mut(COPY_CHUNK).zip(b.chunks(COPY_CHUNK)));
             }
+            jobs.into_par_iter().for_each(|(d, s)| d.copy_from_slice(s));
         }
         drop(parts);
         // Checksums were just computed from these bytes: skip re-hashing.
@@ -442,7 +460,10 @@ impl Index {
         {
             return Err(index.invalid("spacings must be positive and ascending".into()));
         }
-        let ids_ok = |v: &[u32]| v.iter().all(|&id| (id as usize) < n || id == PAD_ID);
+        let ids_ok = |v: &[u32]| {
+            v.par_chunks(1 << 20)
+                .all(|c| c.iter().all(|&id| (id as usize) < n || id == PAD_ID))
+        };
         if !ids_ok(index.rows()) {
             return Err(index.invalid("a neighbour row holds an id out of range".into()));
         }

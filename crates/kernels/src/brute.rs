@@ -75,7 +75,9 @@ impl<'g> GpuBruteForce<'g> {
 
     /// The `k` nearest base vectors of each query (`nq x dim`, row-major, on the
     /// host): ids and squared L2 distances, nearest first. `self_base`: the
-    /// queries are base vectors `self_base..`, each skips itself.
+    /// queries are base vectors `self_base..` (wrapping: a base that is a
+    /// slice of a larger set may start after the queries), each skips itself;
+    /// it must not be `u32::MAX`.
     pub fn search(
         &self,
         queries: &[f32],
@@ -99,7 +101,8 @@ impl<'g> GpuBruteForce<'g> {
             self.gpu
                 .stream()
                 .memcpy_htod(rows, &mut dq.slice_mut(..rows.len()))?;
-            let best = self.search_device(&dq, m, k, self_base.map(|b| b + start as u32))?;
+            let best =
+                self.search_device(&dq, m, k, self_base.map(|b| b.wrapping_add(start as u32)))?;
             let mut keys = vec![0u64; m * k];
             self.gpu.download(&best, &mut keys)?;
             for (i, row) in keys.chunks_exact(k).enumerate() {

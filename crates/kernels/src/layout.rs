@@ -7,6 +7,33 @@
 /// Threads per block of the wave-search and top-k kernels.
 pub const BLOCK_THREADS: u32 = 256;
 
+/// Items per block of the scan and radix-sort kernels (16 per thread).
+pub const SORT_TILE: u32 = 16 * BLOCK_THREADS;
+
+/// Parent members a short fragment's completion considers (the CPU builder's
+/// `PARENT_CANDIDATES`).
+pub const PARENT_CANDIDATES: u32 = 64;
+
+/// "No stored fragment" in the builder's per-vector fragment ordinals.
+pub const NO_FRAGMENT: u32 = u32::MAX;
+
+/// One spacing's stored fragments, as the GPU builder's `complete_short`
+/// reads them (device addresses; `perm == 0` for "no parent").
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RippleLevel {
+    /// `u32` vector ids sorted by (key, centre distance, id), `n`.
+    pub perm: u64,
+    /// `u32` first sorted position of each stored fragment.
+    pub frag_start: u64,
+    /// `u32` members of each stored fragment.
+    pub frag_size: u64,
+    /// `u32` ripples, `list_len` per stored fragment.
+    pub ripples: u64,
+    /// `u32` stored fragment of each vector, or [`NO_FRAGMENT`].
+    pub vec_ord: u64,
+}
+
 /// Empty slot of the shared-memory visited set (never a stored id: ids are
 /// below `2^31`, and `u32::MAX` is the padding id).
 pub const EMPTY_SLOT: u32 = u32::MAX;

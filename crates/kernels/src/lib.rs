@@ -25,9 +25,15 @@
 pub mod brute;
 pub mod layout;
 pub mod pinned;
+pub mod ripples;
+pub mod sort;
 
 pub use brute::GpuBruteForce;
+/// The `cudarc` this crate is built on, for callers that hold device buffers.
+pub use cudarc;
 pub use pinned::PinnedBuf;
+pub use ripples::{GpuRippleBuilder, LevelRipples};
+pub use sort::GpuSort;
 
 use std::sync::Arc;
 
@@ -114,7 +120,7 @@ const TOPK_CANDIDATES: usize = 2048;
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    _module: Arc<CudaModule>,
+    module: Arc<CudaModule>,
     blas: CudaBlas,
     _blas_workspace: CudaSlice<u8>,
     wave_search: CudaFunction,
@@ -196,13 +202,18 @@ impl Gpu {
             row_sq_norms: f("row_sq_norms")?,
             ctx,
             stream,
-            _module: module,
+            module,
             blas,
             _blas_workspace: workspace,
             wave_search,
             topk_tile,
             max_smem,
         })
+    }
+
+    /// A kernel of the module by name (for the launchers of other modules).
+    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        Ok(self.module.load_function(name)?)
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {

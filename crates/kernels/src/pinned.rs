@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
 
+use rayon::prelude::*;
+
 use crate::GpuError;
 
 /// A page-locked host buffer of `len` values of `T`.
@@ -108,5 +110,53 @@ impl<T: DeviceRepr + Copy + Default> Drop for PinnedBuf<T> {
         // SAFETY: allocated by malloc_host; owners synchronise their streams
         // before dropping (the searcher does in its Drop).
         let _ = unsafe { result::free_host(self.ptr as *mut std::ffi::c_void) };
+    }
+}
+
+/// Page-locked staging for device-to-host copies of any size: chunks go by DMA
+/// into the staging buffer, then all cores copy them to the destination (a
+/// plain copy into pageable memory runs at a fraction of that speed).
+pub struct Fetcher {
+    staging: PinnedBuf<u8>,
+}
+
+/// Bytes per staged chunk.
+const FETCH_CHUNK: usize = 32 << 20;
+
+impl Fetcher {
+    pub fn new(gpu: &crate::Gpu) -> Result<Self, GpuError> {
+        Ok(Self {
+            staging: PinnedBuf::new(gpu.context(), FETCH_CHUNK, false)?,
+        })
+    }
+
+    /// Copy `src` to `dst` (same length); returns once `dst` holds it.
+    pub fn fetch<T: DeviceRepr + bytemuck::Pod>(
+        &mut self,
+        src: &cudarc::driver::CudaView<T>,
+        dst: &mut [T],
+        stream: &CudaStream,
+    ) -> Result<(), GpuError> {
+        assert_eq!(src.len(), dst.len());
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        let (base, _g) = src.device_ptr(stream);
+        for (i, out) in bytes.chunks_mut(FETCH_CHUNK).enumerate() {
+            let stage = &mut self.staging.as_mut_slice()[..out.len()];
+            // SAFETY: the device range [base + i * FETCH_CHUNK, + out.len()) lies
+            // inside `src`; the staging buffer is page-locked and not read until
+            // the stream is synchronised below.
+            unsafe {
+                result::memcpy_dtoh_async(
+                    stage,
+                    base + (i * FETCH_CHUNK) as u64,
+                    stream.cu_stream(),
+                )
+            }?;
+            stream.synchronize()?;
+            out.par_chunks_mut(1 << 20)
+                .zip(stage.par_chunks(1 << 20))
+                .for_each(|(o, s)| o.copy_from_slice(s));
+        }
+        Ok(())
     }
 }

@@ -46,6 +46,12 @@ impl KeyHasher {
         Self::new(KEY_SEED, len)
     }
 
+    /// The chain for check words (see [`FragmentKey::check`]).
+    #[inline(always)]
+    pub const fn for_check(len: usize) -> Self {
+        Self::new(CHECK_SEED, len)
+    }
+
     /// Feed coordinates `2i` and `2i + 1` (`hi = 0` past an odd end).
     #[inline(always)]
     pub fn push_pair(&mut self, lo: i32, hi: i32) {

@@ -12,6 +12,10 @@
 //! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and
 //!   `topk_tile`, the running top-k of a tile of dot products (exact brute
 //!   force, exact neighbour rows);
+//! - [`sort`]: prefix sums and the stable radix sort of (key, value) pairs;
+//! - [`build`]: the GPU builder's steps (fragment keys of a copy, fragment
+//!   segments and ripples, completion of short fragments, key-table inserts,
+//!   the int8 sketch);
 //! - [`prims`]: the device primitives they share (warp votes and shuffles,
 //!   shared-memory atomics, 16-byte loads, the block-wide bitonic sort).
 #![no_std]
@@ -37,8 +41,10 @@ mod key;
 mod layout;
 
 mod brute;
+mod build;
 mod prims;
 mod search;
+mod sort;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -71,6 +71,85 @@ pub unsafe fn warp_sum(mut v: f32) -> f32 {
     v
 }
 
+/// `v` of lane `lane - delta` (own `v` for the first `delta` lanes).
+#[inline(always)]
+pub unsafe fn shfl_up_u32(v: u32, delta: u32) -> u32 {
+    let r: u32;
+    // SAFETY: all 32 lanes call it (full mask).
+    unsafe {
+        asm!("shfl.sync.up.b32 {0}, {1}, {2}, 0, 0xffffffff;",
+             out(reg32) r, in(reg32) v, in(reg32) delta);
+    }
+    r
+}
+
+/// Lane index within the warp.
+#[inline(always)]
+pub fn lane() -> u32 {
+    tid() & 31
+}
+
+/// Block-wide exclusive prefix sum of one value per thread, and the block
+/// total. `scratch` holds `T / 32 + 1` values of shared memory; all threads call it.
+#[inline(always)]
+pub unsafe fn block_exclusive_scan(v: u32, scratch: *mut u32) -> (u32, u32) {
+    let (t, l) = (tid(), lane());
+    let mut x = v;
+    let mut o = 1;
+    while o < 32 {
+        // SAFETY: full warps (T is a multiple of 32).
+        let y = unsafe { shfl_up_u32(x, o) };
+        if l >= o {
+            x += y;
+        }
+        o *= 2;
+    }
+    let warps = T / 32;
+    // SAFETY: scratch has warps + 1 values.
+    unsafe {
+        if l == 31 {
+            *scratch.add((t / 32) as usize) = x;
+        }
+        sync();
+        if t == 0 {
+            let mut run = 0u32;
+            for w in 0..warps as usize {
+                let c = *scratch.add(w);
+                *scratch.add(w) = run;
+                run += c;
+            }
+            *scratch.add(warps as usize) = run;
+        }
+        sync();
+        let out = (*scratch.add((t / 32) as usize) + x - v, *scratch.add(warps as usize));
+        sync();
+        out
+    }
+}
+
+/// Global 64-bit compare-and-swap; returns the old value.
+#[inline(always)]
+pub unsafe fn cas_global_u64(p: *mut u64, cmp: u64, new: u64) -> u64 {
+    let old: u64;
+    // SAFETY: `p` is a valid, 8-byte aligned global address.
+    unsafe {
+        asm!("atom.global.cas.b64 {0}, [{1}], {2}, {3};",
+             out(reg64) old, in(reg64) p, in(reg64) cmp, in(reg64) new);
+    }
+    old
+}
+
+/// Global 32-bit atomic add; returns the old value.
+#[inline(always)]
+pub unsafe fn add_global_u32(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: `p` is a valid global address.
+    unsafe {
+        asm!("atom.global.add.u32 {0}, [{1}], {2};", out(reg32) old, in(reg64) p, in(reg32) v);
+    }
+    old
+}
+
 #[inline(always)]
 pub unsafe fn f16_to_f32(h: u16) -> f32 {
     let f: f32;

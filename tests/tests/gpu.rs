@@ -274,6 +274,11 @@ fn gpu_build_matches_cpu_build() {
     let (cpu, gpu) = cpu_and_gpu_builds(&base, dim, octex_build::RowMethod::Exact);
     assert_eq!(cpu.report.backend, "cpu");
     assert_eq!(gpu.report.backend, "gpu");
+    // The f16 rerank vectors (rounded on the GPU) are the CPU's, bit for bit.
+    match (cpu.index.vectors(), gpu.index.vectors()) {
+        (octex_index::RerankView::F16(a), octex_index::RerankView::F16(b)) => assert!(a == b),
+        _ => panic!("both builds store f16 rerank vectors"),
+    }
     // The GPU's row products run on TF32 (relative error ~1e-3), so near-ties
     // swap places: compare each row's forward head as a set.
     let (rc, rg) = (cpu.index.rows(), gpu.index.rows());

@@ -11,6 +11,7 @@
 use indicatif::ProgressBar;
 use octex_index::PAD_ID;
 use octex_kernels::layout::MAX_TOPK;
+use octex_kernels::pinned::Fetcher;
 use octex_kernels::sort::KeyWord;
 use octex_kernels::{driver_available, Gpu, GpuBruteForce, GpuError, GpuSort};
 use octex_lattice::CopyMap;
@@ -37,16 +38,34 @@ pub fn open_gpu(backend: BuildBackend) -> Result<Option<Gpu>, BuildError> {
     }
 }
 
-/// Principal coordinates (`n x m`) of `x` (`n x D`) on the GPU.
-pub fn principal(g: &Gpu, map: &CopyMap, x: &[f32]) -> Result<Vec<f32>, BuildError> {
+/// Principal coordinates (`n x m`) of `x` (`n x D`) on the GPU and, with
+/// `f16`, `x` rounded to f16 (to nearest even, as `half::f16::from_f32`) from
+/// the same upload.
+pub fn principal(
+    g: &Gpu,
+    map: &CopyMap,
+    x: &[f32],
+    f16: bool,
+) -> Result<(Vec<f32>, Option<Vec<half::f16>>), BuildError> {
     let (d, m) = (map.dim, map.basis_dim);
     let n = x.len() / d;
-    let mut out = vec![0f32; n * m];
+    let mut out = Vec::with_capacity(n * m);
+    out.par_extend(rayon::iter::repeat_n(0f32, n * m));
+    let mut halves = f16.then(|| {
+        let mut v = Vec::with_capacity(n * d);
+        v.par_extend(rayon::iter::repeat_n(half::f16::ZERO, n * d));
+        v
+    });
     let basis = g.upload(&map.basis)?;
     let bias = g.upload(&map.basis_bias)?;
     let rows = PRINCIPAL_CHUNK.min(n).max(1);
     let mut dx = g.zeros::<f32>(rows * d)?;
     let mut dp = g.zeros::<f32>(rows * m)?;
+    let mut dh = match f16 {
+        true => Some(g.zeros::<u16>(rows * d)?),
+        false => None,
+    };
+    let mut fetcher = Fetcher::new(g)?;
     for start in (0..n).step_by(rows) {
         let c = rows.min(n - start);
         g.stream()
@@ -62,9 +81,18 @@ pub fn principal(g: &Gpu, map: &CopyMap, x: &[f32]) -> Result<Vec<f32>, BuildErr
             (c, d, m),
         )?;
         g.sub_bias(&mut dp.slice_mut(..c * m), c, &bias)?;
-        g.download(&dp, &mut out[start * m..(start + c) * m])?;
+        fetcher.fetch(
+            &dp.slice(..c * m),
+            &mut out[start * m..(start + c) * m],
+            g.stream(),
+        )?;
+        if let (Some(dh), Some(h)) = (&mut dh, &mut halves) {
+            octex_kernels::ripples::to_f16(g, &dx.slice(..c * d), dh)?;
+            let dst: &mut [u16] = bytemuck::cast_slice_mut(&mut h[start * d..(start + c) * d]);
+            fetcher.fetch(&dh.slice(..c * d), dst, g.stream())?;
+        }
     }
-    Ok(out)
+    Ok((out, halves))
 }
 
 /// Share of free device memory the base of the exact rows may take; a larger

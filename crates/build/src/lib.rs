@@ -338,12 +338,14 @@ fn structure(
     );
     // Principal coordinates of every vector: the input of every copy's
     // projection and, in their first w columns, of the sketch.
-    let pcs = report.phase("principal_coords", || match &gpu {
-        Some(g) => gpu_rows::principal(g, &map, x),
+    // On the GPU the f16 rerank vectors come from the same upload.
+    let want_f16 = p.vector_dtype == VectorDtype::F16;
+    let (pcs, vectors16) = report.phase("principal_coords", || match &gpu {
+        Some(g) => gpu_rows::principal(g, &map, x, want_f16),
         None => {
             let mut pcs = vec![0f32; n * m];
             map.principal(x, &mut pcs, true);
-            Ok(pcs)
+            Ok((pcs, None))
         }
     })?;
 
@@ -435,6 +437,13 @@ fn structure(
     report.fragments = flat.fragments.clone();
     report.short_fragments = flat.short.clone();
     report.key_collisions = flat.collisions;
+    let vectors = report.phase("rerank_vectors", || match (p.vector_dtype, vectors16) {
+        (VectorDtype::F16, Some(v)) => RerankVectors::F16(v),
+        (VectorDtype::F16, None) => {
+            RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
+        }
+        (VectorDtype::F32, _) => RerankVectors::F32(x.to_vec()),
+    });
     let parts = report.phase("assemble", || {
         let FlatRipples {
             tables,
@@ -443,12 +452,6 @@ fn structure(
             ripples,
             ..
         } = flat;
-        let vectors = match p.vector_dtype {
-            VectorDtype::F16 => {
-                RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
-            }
-            VectorDtype::F32 => RerankVectors::F32(x.to_vec()),
-        };
         let header = IndexHeader {
             crate_version: env!("CARGO_PKG_VERSION").to_string(),
             metric,

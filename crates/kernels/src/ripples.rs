@@ -532,3 +532,15 @@ impl LevelOut<'_> {
         self.fetcher.fetch(&self.slot_ids, ids, self.stream)
     }
 }
+
+/// `dst[i]` = `src[i]` rounded to f16 (to nearest even), as bits.
+pub fn to_f16(gpu: &Gpu, src: &CudaView<f32>, dst: &mut CudaSlice<u16>) -> Result<(), GpuError> {
+    assert!(dst.len() >= src.len());
+    let f = gpu.function("to_f16")?;
+    let n = src.len() as u64;
+    let mut b = gpu.stream().launch_builder(&f);
+    b.arg(src).arg(&n).arg(dst);
+    // SAFETY: src has n values, dst at least n.
+    unsafe { b.launch(cfg(blocks_for(n)?, 0)) }?;
+    Ok(())
+}

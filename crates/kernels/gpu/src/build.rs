@@ -493,3 +493,17 @@ pub unsafe extern "ptx-kernel" fn sketch_encode(
         *out.add(g as usize) = q;
     }
 }
+
+/// `dst[i]` = `src[i]` as f16 bits, rounded to nearest even (the rerank vectors).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn to_f16(src: *const f32, n: u64, dst: *mut u16) {
+    let i = gid();
+    if i < n {
+        let h: u16;
+        // SAFETY: i < n; a register conversion.
+        unsafe {
+            asm!("cvt.rn.f16.f32 {0}, {1};", out(reg16) h, in(reg32) *src.add(i as usize));
+            *dst.add(i as usize) = h;
+        }
+    }
+}

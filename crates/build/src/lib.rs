@@ -1,6 +1,8 @@
 //! # octex-build
 //!
-//! Builds an OctEx index from vectors on the CPU (all cores, `rayon`):
+//! Builds an OctEx index from vectors on the CPU (all cores, `rayon`) or, when
+//! a GPU is present, with every heavy step on the GPU ([`gpu_ripples`],
+//! [`gpu_rows`]; same steps, same format):
 //!
 //! 1. metric preparation (cosine: normalise; inner product: append
 //!    `sqrt(M^2 - |x|^2)`, see `octex_index::Metric`);
@@ -11,6 +13,9 @@
 //! 5. the int8 sketch ([`sketch`]);
 //! 6. neighbour rows: exact k-NN ([`knn`]) with reverse entries ([`rows`]);
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
+//!
+//! With a GPU, the exact rows start at once on a thread of their own and run
+//! beside steps 2-5 and 7 (on a second context of the same device).
 //!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that

@@ -77,8 +77,9 @@ pub struct BuildParams {
     /// them (cuBLAS products + top-k, `n^2 D` on the GPU). Default 10,000,000.
     pub gpu_exact_rows_limit: usize,
     /// Where the heavy phases run. Default [`BuildBackend::Auto`]. The GPU
-    /// computes the principal coordinates and exact neighbour rows; the index
-    /// is the same format either way.
+    /// computes the principal coordinates, spacing probes, ripples and key
+    /// tables, sketch, exact neighbour rows and reverse entries; the index is
+    /// the same format either way.
     pub backend: BuildBackend,
     /// Precision of the rerank vectors. Default f16.
     pub vector_dtype: VectorDtype,

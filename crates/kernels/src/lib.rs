@@ -14,6 +14,10 @@
 //!   a fixed workspace, so products can be captured in CUDA graphs), and its
 //!   launchers take typed device buffers: callers never see a launch
 //!   configuration or a raw pointer.
+//! - [`sort`]: prefix sums and a stable radix sort of ids by multi-word keys;
+//!   [`ripples`]: the GPU ripple builder (`GpuRippleBuilder`), the sketch and
+//!   f16 kernels of the builder; [`pinned`]: page-locked buffers and the
+//!   staged `Fetcher` for large device-to-host copies.
 //! - [`layout`]: the structures the kernels read ([`layout::IndexView`], the
 //!   per-part table of device pointers of an index, and [`layout::BatchView`]),
 //!   compiled into both sides from one file.

@@ -93,7 +93,7 @@ fn gpu_ripples_equal_cpu_ripples() {
     for pmin in [1usize, 3] {
         let mut builder = GpuRippleBuilder::new(&gpu, n, l).unwrap();
         for c in 0..map.copies {
-            let rot = gpu_ripples::copy_rotation(&map, c);
+            let rot = ripples::copy_rotation(&map, c);
             let mut z = vec![0f32; n * cd];
             octex_lattice::copymap::project_rows(&pcs, cd, &rot, &vec![0.0; cd], &mut z, false);
             let want = ripples::build_copy(&map, c, &z, l, pmin);
@@ -262,12 +262,19 @@ fn gpu_spacing_choice_equals_cpu() {
     let (n, cd) = (50_000usize, 32usize);
     let pcs = clustered(n, cd, 60, 31);
     let map = map_for(cd, cd, 1, vec![1.0]);
-    let rot = gpu_ripples::copy_rotation(&map, 0);
+    let rot = ripples::copy_rotation(&map, 0);
     let mut z = vec![0f32; n * cd];
     octex_lattice::copymap::project_rows(&pcs, cd, &rot, &vec![0.0; cd], &mut z, false);
-    for (pmin, l) in [(1usize, 16usize), (2, 32)] {
-        let cpu = octex_build::spacing::choose(&map, &z, pmin, l, 0.8, 1.37, 6);
-        let gpu = gpu_ripples::choose_spacings(&gpu, &map, &z, pmin, l, 0.8, 1.37, 6).unwrap();
+    for (pmin, list_len) in [(1usize, 16usize), (2, 32)] {
+        let t = octex_build::spacing::SpacingTargets {
+            pmin,
+            list_len,
+            hit_rate: 0.8,
+            ratio: 1.37,
+            max_spacings: 6,
+        };
+        let cpu = octex_build::spacing::choose(&map, &z, &t);
+        let gpu = gpu_ripples::choose_spacings(&gpu, &map, &z, &t).unwrap();
         eprintln!("pmin {pmin}: {:?}", gpu.spacings);
         assert_eq!(cpu, gpu, "pmin {pmin}");
     }

@@ -14,8 +14,8 @@ use octex_kernels::cudarc::driver::CudaSlice;
 use octex_kernels::{Gpu, GpuError, GpuRippleBuilder};
 use octex_lattice::CopyMap;
 
-use crate::ripples::FlatRipples;
-use crate::spacing::{self, Probe, SpacingChoice};
+use crate::ripples::{copy_rotation, FlatRipples};
+use crate::spacing::{self, Probe, SpacingChoice, SpacingTargets};
 use crate::BuildError;
 
 /// Largest share of free device memory the resident principal coordinates take.
@@ -56,21 +56,22 @@ impl<'a> DevicePrincipal<'a> {
     }
 }
 
-/// The copy's rotation (`m_c x 8b` within the `m x width` rotation), padded
-/// with zero rows to `m x 8b`: `z = pcs * rot` as the CPU's `project_copy`.
-pub fn copy_rotation(map: &CopyMap, c: usize) -> Vec<f32> {
-    let (cd, width, m, mc) = (
-        map.copy_dim(),
-        map.width(),
-        map.basis_dim,
-        map.rotation_dim(),
-    );
-    let mut rot = vec![0f32; m * cd];
-    for t in 0..mc {
-        rot[t * cd..(t + 1) * cd]
-            .copy_from_slice(&map.rotation[t * width + c * cd..t * width + (c + 1) * cd]);
+/// Whether the GPU ripple builder for `n` vectors fits in free device memory
+/// (with a margin); if not, the build sorts the ripples on the CPU and says so.
+pub fn fits(g: &Gpu, n: usize, list_len: usize, copy_dim: usize) -> Result<bool, BuildError> {
+    g.context().bind_to_thread().map_err(GpuError::from)?;
+    let (free, _) =
+        octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
+    let need = GpuRippleBuilder::device_bytes(n, list_len) + 4 * n * copy_dim;
+    let ok = (need as f64) < 0.9 * free as f64;
+    if !ok {
+        tracing::warn!(
+            need_gib = need as f64 / (1u64 << 30) as f64,
+            free_gib = free as f64 / (1u64 << 30) as f64,
+            "the GPU ripple builder does not fit: ripples are built on the CPU"
+        );
     }
-    rot
+    Ok(ok)
 }
 
 /// Ripples and key tables of every copy, fetched straight into their place in
@@ -197,16 +198,11 @@ pub fn sketch(
 
 /// [`crate::spacing::choose`] with the probes on the GPU (keys, a radix sort
 /// and the fragment sizes of `z`, copy 0's projection of the probe rows).
-#[allow(clippy::too_many_arguments)]
 pub fn choose_spacings(
     g: &Gpu,
     map: &CopyMap,
     z: &[f32],
-    pmin: usize,
-    list_len: usize,
-    hit_rate: f64,
-    ratio: f64,
-    max_spacings: usize,
+    t: &SpacingTargets,
 ) -> Result<SpacingChoice, BuildError> {
     let cd = map.copy_dim();
     let rows = z.len() / cd;
@@ -218,8 +214,8 @@ pub fn choose_spacings(
         let runs = builder.fragment_sizes(&zd.slice(..), map.blocks, &shift, f)?;
         Ok(Probe::from_runs(
             runs.into_iter().map(|r| r as usize).collect(),
-            pmin,
+            t.pmin,
         ))
     };
-    spacing::choose_with(&mut probe, list_len, hit_rate, ratio, max_spacings)
+    spacing::choose_with(&mut probe, t)
 }

@@ -371,12 +371,17 @@ fn structure(
             projected_variance = var,
             "scale of copy 0's projected coordinates (expect ~1)"
         );
-        let (pmin, l) = (p.min_fragment, p.list_len);
-        let (rate, ratio, most) = (p.finest_hit_rate, p.spacing_ratio, p.max_spacings);
+        let targets = spacing::SpacingTargets {
+            pmin: p.min_fragment,
+            list_len: p.list_len,
+            hit_rate: p.finest_hit_rate,
+            ratio: p.spacing_ratio,
+            max_spacings: p.max_spacings,
+        };
         match &gpu {
             // The same projection as the CPU's, so both choose the same spacings.
-            Some(g) => gpu_ripples::choose_spacings(g, &map, &z0, pmin, l, rate, ratio, most),
-            None => Ok(spacing::choose(&map, &z0, pmin, l, rate, ratio, most)),
+            Some(g) => gpu_ripples::choose_spacings(g, &map, &z0, &targets),
+            None => Ok(spacing::choose(&map, &z0, &targets)),
         }
     })?;
     if choice.spacings.is_empty()
@@ -400,8 +405,12 @@ fn structure(
         })?),
         None => None,
     };
+    let ripples_on_gpu = match &gpu {
+        Some(g) => gpu_ripples::fits(g, n, p.list_len, map.copy_dim())?,
+        None => false,
+    };
     let flat: FlatRipples = report.phase("ripples", || match (&gpu, &device_pcs) {
-        (Some(g), Some(dp)) => {
+        (Some(g), Some(dp)) if ripples_on_gpu => {
             gpu_ripples::build_all(g, &map, dp, p.list_len, p.min_fragment, &pb_ripples)
         }
         _ => {
@@ -520,15 +529,8 @@ pub fn sizes_of(index: &Index) -> SizeEstimate {
 /// (`n x m`), for all rows or the given ones.
 fn project_copy(pcs: &[f32], map: &CopyMap, c: usize, rows: Option<&[usize]>) -> Vec<f32> {
     let cd = map.copy_dim();
-    let width = map.width();
     let m = map.basis_dim;
-    let mc = map.rotation_dim();
-    // This copy's rotation, `m_c x 8b`, padded with zero rows to `m x 8b`.
-    let mut rot = vec![0f32; m * cd];
-    for t in 0..mc {
-        rot[t * cd..(t + 1) * cd]
-            .copy_from_slice(&map.rotation[t * width + c * cd..t * width + (c + 1) * cd]);
-    }
+    let rot = ripples::copy_rotation(map, c);
     let zero = vec![0f32; cd];
     let project = |src: &[f32]| {
         let mut z = vec![0f32; src.len() / m * cd];

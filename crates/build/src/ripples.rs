@@ -26,6 +26,23 @@ use rayon::prelude::*;
 /// Parent members considered when completing a short fragment.
 pub const PARENT_CANDIDATES: usize = 64;
 
+/// The copy's rotation (`m_c x 8b` within the `m x width` rotation), padded
+/// with zero rows to `m x 8b`: `z = pcs * rot` for every copy's projection (CPU and GPU).
+pub fn copy_rotation(map: &CopyMap, c: usize) -> Vec<f32> {
+    let (cd, width, m, mc) = (
+        map.copy_dim(),
+        map.width(),
+        map.basis_dim,
+        map.rotation_dim(),
+    );
+    let mut rot = vec![0f32; m * cd];
+    for t in 0..mc {
+        rot[t * cd..(t + 1) * cd]
+            .copy_from_slice(&map.rotation[t * width + c * cd..t * width + (c + 1) * cd]);
+    }
+    rot
+}
+
 /// One (copy, spacing) table's content.
 #[derive(Clone, Debug, Default)]
 pub struct SpacingRipples {

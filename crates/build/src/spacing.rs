@@ -72,22 +72,26 @@ pub struct SpacingChoice {
     pub median_sizes: Vec<usize>,
 }
 
+/// What the spacing choice aims for (from the resolved build parameters).
+#[derive(Clone, Copy, Debug)]
+pub struct SpacingTargets {
+    /// Smallest stored fragment: a vector "hits" when its fragment holds at
+    /// least `pmin` other vectors.
+    pub pmin: usize,
+    /// Stop once the median vector's fragment holds `list_len` members.
+    pub list_len: usize,
+    /// Share of hits at the finest spacing.
+    pub hit_rate: f64,
+    /// Ratio of consecutive spacings.
+    pub ratio: f64,
+    pub max_spacings: usize,
+}
+
 /// Choose spacings from `z`, the copy-0 projection (`rows x 8b`) of the data.
-pub fn choose(
-    map: &CopyMap,
-    z: &[f32],
-    pmin: usize,
-    list_len: usize,
-    hit_rate: f64,
-    ratio: f64,
-    max_spacings: usize,
-) -> SpacingChoice {
+pub fn choose(map: &CopyMap, z: &[f32], t: &SpacingTargets) -> SpacingChoice {
     choose_with(
-        &mut |f| Ok::<_, std::convert::Infallible>(probe(map, z, f, pmin)),
-        list_len,
-        hit_rate,
-        ratio,
-        max_spacings,
+        &mut |f| Ok::<_, std::convert::Infallible>(probe(map, z, f, t.pmin)),
+        t,
     )
     .unwrap_or_else(|e| match e {})
 }
@@ -95,15 +99,12 @@ pub fn choose(
 /// [`choose`] with another way to probe a spacing (the GPU's).
 pub fn choose_with<E>(
     probe: &mut dyn FnMut(f32) -> Result<Probe, E>,
-    list_len: usize,
-    hit_rate: f64,
-    ratio: f64,
-    max_spacings: usize,
+    t: &SpacingTargets,
 ) -> Result<SpacingChoice, E> {
     let (mut lo, mut hi) = (0.05f64, 256.0f64);
     for _ in 0..14 {
         let mid = (lo * hi).sqrt();
-        if probe(mid as f32)?.hit_rate >= hit_rate {
+        if probe(mid as f32)?.hit_rate >= t.hit_rate {
             hi = mid;
         } else {
             lo = mid;
@@ -115,15 +116,15 @@ pub fn choose_with<E>(
         median_sizes: Vec::new(),
     };
     let mut f = hi;
-    for _ in 0..max_spacings {
+    for _ in 0..t.max_spacings {
         let p = probe(f as f32)?;
         out.spacings.push(f as f32);
         out.hit_rates.push(p.hit_rate);
         out.median_sizes.push(p.median_size);
-        if p.median_size >= list_len {
+        if p.median_size >= t.list_len {
             break;
         }
-        f *= ratio;
+        f *= t.ratio;
     }
     Ok(out)
 }

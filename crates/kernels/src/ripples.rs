@@ -65,8 +65,8 @@ impl Level {
 // SAFETY: `repr(C)` plain old data (u64 addresses), laid out alike on both sides.
 unsafe impl cudarc::driver::DeviceRepr for RippleLevel {}
 
-/// Builds the ripples of one copy at a time for `n` vectors (device memory
-/// about `(60 + 40 l) n` bytes plus the sort's scratch).
+/// Builds the ripples of one copy at a time for `n` vectors (device memory:
+/// [`GpuRippleBuilder::device_bytes`], about `(140 + 8 l) n` bytes).
 pub struct GpuRippleBuilder {
     stream: std::sync::Arc<CudaStream>,
     n: usize,
@@ -105,6 +105,15 @@ struct Kernels {
 }
 
 impl GpuRippleBuilder {
+    /// Device bytes [`GpuRippleBuilder::new`] allocates for `n` vectors (its
+    /// buffers, two spacings' levels, the sort's scratch and the slots).
+    pub fn device_bytes(n: usize, list_len: usize) -> usize {
+        let level = 4 * n * (4 + list_len);
+        let own = n * (8 + 8 + 4 + 4 + 4 + 4 + 4 + 8 + 4) + 12 * table_capacity(n);
+        let sort = 12 * n + 4 * 256 * n.div_ceil(crate::layout::SORT_TILE as usize);
+        own + 2 * level + sort
+    }
+
     /// Buffers for `n` vectors and ripples of `list_len` ids.
     pub fn new(gpu: &Gpu, n: usize, list_len: usize) -> Result<Self, GpuError> {
         if n == 0 || n >= u32::MAX as usize / 4 || list_len == 0 || list_len > 1024 {
@@ -176,48 +185,49 @@ impl GpuRippleBuilder {
         Ok(())
     }
 
-    /// The sizes of the populated fragments of the projected vectors `z`
-    /// (`n x 8 blocks`) at one spacing (what the spacing choice probes).
-    pub fn fragment_sizes(
-        &mut self,
-        z: &CudaView<f32>,
+    /// Key, check word and centre distance of every vector (`z`, `shift`:
+    /// device addresses of the copy's projection and shifts).
+    fn key_vectors(
+        &self,
+        z: u64,
         blocks: usize,
-        shift: &CudaSlice<f32>,
-        spacing: f32,
-    ) -> Result<Vec<u32>, GpuError> {
-        let n = self.n;
-        assert!(z.len() >= n * 8 * blocks && shift.len() >= 8 * blocks);
-        let s = self.stream.clone();
-        let (n32, b32, inv) = (n as u32, blocks as u32, 1.0f32 / spacing);
-        let grid_n = blocks_for(n as u64)?;
-        let (z_a, shift_a) = {
-            let (p, _g) = z.device_ptr(&s);
-            (p, addr(shift, &s))
-        };
+        shift: u64,
+        inv_spacing: f32,
+    ) -> Result<(), GpuError> {
+        let s = &self.stream;
+        let (n32, b32) = (self.n as u32, blocks as u32);
         let (keys, checks, dists) = (
-            addr(&self.keys, &s),
-            addr(&self.checks, &s),
-            addr(&self.dists, &s),
+            addr(&self.keys, s),
+            addr(&self.checks, s),
+            addr(&self.dists, s),
         );
-        let (heads, starts) = (addr(&self.heads, &s), addr(&self.starts, &s));
         let mut b = s.launch_builder(&self.f.ripple_keys);
-        b.arg(&z_a)
+        b.arg(&z)
             .arg(&n32)
             .arg(&b32)
-            .arg(&shift_a)
-            .arg(&inv)
+            .arg(&shift)
+            .arg(&inv_spacing)
             .arg(&keys)
             .arg(&checks)
             .arg(&dists);
-        // SAFETY: z holds n x cd values, shift cd; outputs n each.
-        unsafe { b.launch(cfg(grid_n, 0)) }?;
-        let perm = &mut self.levels[0].perm;
-        self.sort.sort_ids(
-            perm,
-            n,
-            &[KeyWord::U64Low(&self.keys), KeyWord::U64High(&self.keys)],
-        )?;
-        let perm = addr(&self.levels[0].perm, &s);
+        // SAFETY: z holds n x 8 blocks values, shift 8 blocks; outputs n each.
+        unsafe { b.launch(cfg(blocks_for(self.n as u64)?, 0)) }?;
+        Ok(())
+    }
+
+    /// Sort the ids of level `cur` by key (and centre distance, then id, when
+    /// `by_distance`), then cut them into fragments: `heads` (scanned) and
+    /// `starts` (`F + 1` values). Returns `F`.
+    fn sort_and_cut(&mut self, cur: usize, by_distance: bool) -> Result<usize, GpuError> {
+        let n = self.n;
+        let key_words = [KeyWord::U64Low(&self.keys), KeyWord::U64High(&self.keys)];
+        let all_words = [KeyWord::U32(&self.dists), key_words[0], key_words[1]];
+        let words: &[KeyWord] = if by_distance { &all_words } else { &key_words };
+        self.sort.sort_ids(&mut self.levels[cur].perm, n, words)?;
+        let s = self.stream.clone();
+        let (perm, keys) = (addr(&self.levels[cur].perm, &s), addr(&self.keys, &s));
+        let (heads, starts) = (addr(&self.heads, &s), addr(&self.starts, &s));
+        let (n32, grid_n) = (n as u32, blocks_for(n as u64)?);
         let mut b = s.launch_builder(&self.f.segment_heads);
         b.arg(&perm).arg(&n32).arg(&keys).arg(&heads);
         // SAFETY: perm, keys, heads hold n values.
@@ -228,8 +238,28 @@ impl GpuRippleBuilder {
         b.arg(&perm).arg(&n32).arg(&keys).arg(&heads).arg(&starts);
         // SAFETY: starts holds n + 1 >= fragments + 1 values.
         unsafe { b.launch(cfg(grid_n, 0)) }?;
+        Ok(fragments)
+    }
+
+    /// The sizes of the populated fragments of the projected vectors `z`
+    /// (`n x 8 blocks`) at one spacing (what the spacing choice probes).
+    pub fn fragment_sizes(
+        &mut self,
+        z: &CudaView<f32>,
+        blocks: usize,
+        shift: &CudaSlice<f32>,
+        spacing: f32,
+    ) -> Result<Vec<u32>, GpuError> {
+        assert!(z.len() >= self.n * 8 * blocks && shift.len() >= 8 * blocks);
+        let z_a = {
+            let (p, _g) = z.device_ptr(&self.stream);
+            p
+        };
+        self.key_vectors(z_a, blocks, addr(shift, &self.stream), 1.0 / spacing)?;
+        let fragments = self.sort_and_cut(0, false)?;
         let mut st = vec![0u32; fragments + 1];
-        s.memcpy_dtoh(&self.starts.slice(..fragments + 1), &mut st)?;
+        self.stream
+            .memcpy_dtoh(&self.starts.slice(..fragments + 1), &mut st)?;
         Ok(st.windows(2).map(|w| w[1] - w[0]).collect())
     }
 
@@ -286,11 +316,7 @@ impl GpuRippleBuilder {
             let (p, _g) = z.device_ptr(&s);
             (p, addr(shift, &s))
         };
-        let (keys, checks, dists) = (
-            addr(&self.keys, &s),
-            addr(&self.checks, &s),
-            addr(&self.dists, &s),
-        );
+        let (keys, checks) = (addr(&self.keys, &s), addr(&self.checks, &s));
         let (heads, starts, bad, keep) = (
             addr(&self.heads, &s),
             addr(&self.starts, &s),
@@ -306,42 +332,14 @@ impl GpuRippleBuilder {
         for sp in (0..spacings.len()).rev() {
             let cur = parent.map_or(0, |p| 1 - p);
             let inv = 1.0f32 / spacings[sp];
-            let mut b = s.launch_builder(&self.f.ripple_keys);
-            b.arg(&z_a)
-                .arg(&n32)
-                .arg(&b32)
-                .arg(&shift_a)
-                .arg(&inv)
-                .arg(&keys)
-                .arg(&checks)
-                .arg(&dists);
-            // SAFETY: z holds n x cd values, shift cd; outputs n each.
-            unsafe { b.launch(cfg(grid_n, 0)) }?;
+            self.key_vectors(z_a, blocks, shift_a, inv)?;
             self.stage("keys")?;
-            self.sort.sort_ids(
-                &mut self.levels[cur].perm,
-                n,
-                &[
-                    KeyWord::U32(&self.dists),
-                    KeyWord::U64Low(&self.keys),
-                    KeyWord::U64High(&self.keys),
-                ],
-            )?;
-            self.stage("sort")?;
+            let fragments = self.sort_and_cut(cur, true)?;
+            self.stage("sort_cut")?;
             let lv = self.levels[cur].view(&s);
             let perm = lv.perm;
-            let mut b = s.launch_builder(&self.f.segment_heads);
-            b.arg(&perm).arg(&n32).arg(&keys).arg(&heads);
-            // SAFETY: perm, keys, heads hold n values.
-            unsafe { b.launch(cfg(grid_n, 0)) }?;
-            self.sort.scan(&mut self.heads, n)?;
-            let fragments = self.sort.read(&self.heads, n)? as usize;
             let f32n = fragments as u32;
             let grid_f = blocks_for(fragments as u64)?;
-            let mut b = s.launch_builder(&self.f.segment_starts);
-            b.arg(&perm).arg(&n32).arg(&keys).arg(&heads).arg(&starts);
-            // SAFETY: starts holds n + 1 >= fragments + 1 values.
-            unsafe { b.launch(cfg(grid_n, 0)) }?;
             s.memset_zeros(&mut self.bad.slice_mut(..fragments.max(1)))?;
             s.memset_zeros(&mut self.stats)?;
             let mut b = s.launch_builder(&self.f.segment_collisions);

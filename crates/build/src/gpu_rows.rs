@@ -158,8 +158,9 @@ pub fn exact_knn_chunked(
                 tracing::info!(
                     gemm_ms,
                     topk_ms,
-                    tiles = n.div_ceil(65_536) * n.div_ceil(8_192),
-                    "one tile of the exact rows (8192 queries x 65536 vectors)"
+                    tiles = n.div_ceil(octex_kernels::brute::TILE) * n.div_ceil(8_192),
+                    tile_vectors = octex_kernels::brute::TILE,
+                    "one tile of the exact rows (8192 queries)"
                 );
             }
         }

@@ -20,7 +20,7 @@ pub struct GpuBruteForce<'g> {
 
 /// Base vectors per tile (the product of a query block with one tile is
 /// `queries x TILE` floats).
-const TILE: usize = 65_536;
+pub const TILE: usize = 16_384;
 /// Queries per block.
 const QUERY_BLOCK: usize = 8_192;
 

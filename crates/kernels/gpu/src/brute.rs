@@ -4,6 +4,7 @@
 //! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
 
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
+use core::mem::MaybeUninit;
 
 use crate::layout::*;
 use crate::prims::*;
@@ -46,11 +47,11 @@ const TOPK_CANDIDATES: u32 = 2048;
 /// itself; pass `u32::MAX` to keep all), and merges them into `best[q][..k]`
 /// (sorted candidates, `u64::MAX` when empty).
 ///
-/// Each thread keeps its own top-k. Only entries no worse than the k-th
-/// smallest of the threads' minima (and than the running k-th best) can make
-/// the result, so only those are sorted; when even those are too many (many
-/// equal distances), a bisection over the candidate keys finds the exact k-th
-/// smallest first.
+/// Each thread keeps its own top-k. Only entries no worse than the running
+/// k-th best can make the result; when those are too many for the candidate
+/// buffer (the first tiles), the bound tightens to the k-th smallest of the
+/// threads' minima, and when even those are too many (many equal distances), a
+/// bisection over the candidate keys finds the exact k-th smallest first.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn topk_tile(
@@ -79,17 +80,30 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         };
         let own = best.add(q as usize * ku);
         let prev_worst = *own.add(ku - 1);
-        let mut local = [u64::MAX; MAX_TOPK as usize];
+        // This thread's best entries, sorted, `local[..filled]` initialised.
+        // Nothing is written before a first insert: once the running list is
+        // full, most threads insert nothing and touch no local memory at all.
+        let mut local = [const { MaybeUninit::<u64>::uninit() }; MAX_TOPK as usize];
+        let mut filled = 0usize;
         let mut worst = prev_worst;
         let row = dots.add(q as usize * nt as usize);
-        let insert = |v: u64, local: &mut [u64; MAX_TOPK as usize], worst: &mut u64| {
-            let mut p = ku - 1;
-            while p > 0 && local[p - 1] > v {
+        let insert = |v: u64, local: &mut [MaybeUninit<u64>; MAX_TOPK as usize], filled: &mut usize, worst: &mut u64| {
+            let mut p = if *filled < ku {
+                *filled += 1;
+                *filled - 1
+            } else {
+                ku - 1
+            };
+            // SAFETY: entries below `filled` are initialised.
+            while p > 0 && unsafe { local[p - 1].assume_init() } > v {
                 local[p] = local[p - 1];
                 p -= 1;
             }
-            local[p] = v;
-            *worst = local[ku - 1].min(prev_worst);
+            local[p] = MaybeUninit::new(v);
+            if *filled == ku {
+                // SAFETY: all ku entries are initialised.
+                *worst = unsafe { local[ku - 1].assume_init() }.min(prev_worst);
+            }
         };
         // Four loads in flight per thread.
         let mut c = t;
@@ -104,7 +118,7 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
             }
             for x in v {
                 if x < worst && (x as u32) != skip {
-                    insert(x, &mut local, &mut worst);
+                    insert(x, &mut local, &mut filled, &mut worst);
                 }
             }
             c += 4 * T;
@@ -113,10 +127,8 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         let mins = smem;
         let counter = smem.add(T as usize) as *mut u32;
         let cand = smem.add(T as usize + 2);
-        *mins.add(t as usize) = local[0];
-        sync();
-        bitonic_sort(mins, T);
-        let mut threshold = (*mins.add(ku - 1)).min(prev_worst);
+        // SAFETY: entries below `filled` are initialised.
+        let entries = || local[..filled].iter().map(|v| unsafe { v.assume_init() });
         // How many local entries are <= `x`, over the block.
         let block_count = |x: u64| -> u32 {
             sync();
@@ -124,39 +136,45 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
                 core::ptr::write_volatile(counter, 0);
             }
             sync();
-            let mine = local
-                .iter()
-                .take(ku)
-                .filter(|v| **v <= x && **v != u64::MAX)
-                .count() as u32;
+            let mine = entries().filter(|v| *v <= x).count() as u32;
             if mine > 0 {
                 add_shared(counter, mine);
             }
             sync();
             core::ptr::read_volatile(counter)
         };
+        // Once the running list is full, its worst entry bounds the
+        // candidates, and few entries of a new tile pass it: sort only those.
+        let mut threshold = prev_worst;
         if block_count(threshold) + k > TOPK_CANDIDATES {
-            // Smallest x with count(<= x) >= k (keys are unique, so exactly k).
-            let (mut lo, mut hi) = (0u64, threshold);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                if block_count(mid) >= k {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
+            // Too many (the first tiles): the k-th smallest thread minimum.
+            *mins.add(t as usize) = entries().next().unwrap_or(u64::MAX);
+            sync();
+            bitonic_sort(mins, T);
+            threshold = (*mins.add(ku - 1)).min(prev_worst);
+            if block_count(threshold) + k > TOPK_CANDIDATES {
+                // Smallest x with count(<= x) >= k (keys are unique, so exactly k).
+                let (mut lo, mut hi) = (0u64, threshold);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if block_count(mid) >= k {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
                 }
+                threshold = hi;
             }
-            threshold = hi;
         }
         sync();
         if t == 0 {
             core::ptr::write_volatile(counter, 0);
         }
         sync();
-        for v in local.iter().take(ku) {
-            if *v <= threshold && *v != u64::MAX {
+        for v in entries() {
+            if v <= threshold {
                 let pos = add_shared(counter, 1);
-                *cand.add(pos as usize) = *v;
+                *cand.add(pos as usize) = v;
             }
         }
         let mut j = t;

@@ -63,12 +63,15 @@ pub fn fits(g: &Gpu, n: usize, list_len: usize, copy_dim: usize) -> Result<bool,
     let (free, _) =
         octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
     let need = GpuRippleBuilder::device_bytes(n, list_len) + 4 * n * copy_dim;
-    let ok = (need as f64) < 0.9 * free as f64;
+    let ok = n < GpuRippleBuilder::MAX_VECTORS
+        && list_len <= GpuRippleBuilder::MAX_LIST_LEN
+        && (need as f64) < 0.9 * free as f64;
     if !ok {
         tracing::warn!(
             need_gib = need as f64 / (1u64 << 30) as f64,
             free_gib = free as f64 / (1u64 << 30) as f64,
-            "the GPU ripple builder does not fit: ripples are built on the CPU"
+            n,
+            "the GPU ripple builder does not fit (memory, 2^30 vectors or ripples over 1024 ids): ripples are built on the CPU"
         );
     }
     Ok(ok)

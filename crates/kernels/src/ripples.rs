@@ -105,6 +105,11 @@ struct Kernels {
 }
 
 impl GpuRippleBuilder {
+    /// Vectors one builder takes at most (ids times `list_len` stay in range).
+    pub const MAX_VECTORS: usize = 1 << 30;
+    /// Longest ripple one builder takes.
+    pub const MAX_LIST_LEN: usize = 1024;
+
     /// Device bytes [`GpuRippleBuilder::new`] allocates for `n` vectors (its
     /// buffers, two spacings' levels, the sort's scratch and the slots).
     pub fn device_bytes(n: usize, list_len: usize) -> usize {
@@ -116,7 +121,7 @@ impl GpuRippleBuilder {
 
     /// Buffers for `n` vectors and ripples of `list_len` ids.
     pub fn new(gpu: &Gpu, n: usize, list_len: usize) -> Result<Self, GpuError> {
-        if n == 0 || n >= u32::MAX as usize / 4 || list_len == 0 || list_len > 1024 {
+        if n == 0 || n >= Self::MAX_VECTORS || list_len == 0 || list_len > Self::MAX_LIST_LEN {
             return Err(GpuError::Unsupported(format!(
                 "GPU ripples need 0 < n < 2^30 and 0 < list_len <= 1024 (n = {n}, l = {list_len})"
             )));

@@ -222,3 +222,19 @@ pub fn choose_spacings(
     };
     spacing::choose_with(&mut probe, t)
 }
+
+#[cfg(test)]
+mod tests {
+    /// The GPU builder sizes its key tables with its own copy of the index's
+    /// capacity rule (the kernels crate sits below the index crate).
+    #[test]
+    fn gpu_table_capacity_is_the_index_rule() {
+        for f in (0..5_000).chain([65_535, 65_536, 65_537, 1 << 20, 3 << 20]) {
+            assert_eq!(
+                octex_kernels::ripples::table_capacity(f),
+                octex_index::table::table_capacity(f),
+                "{f} fragments"
+            );
+        }
+    }
+}

@@ -84,10 +84,9 @@ impl FlatRipples {
         }
     }
 
-    /// Room for one more table of `capacity` slots and `ripple_ids` ids (the
-    /// new ranges zeroed on all cores, so first touches of fresh pages run in
-    /// parallel); returns the table's entry, already recorded at `at`.
-    pub fn append(
+    /// Record table `at` as the next `capacity` slots and `ripple_ids` ids
+    /// of the flat arrays (which the caller then appends).
+    fn record(
         &mut self,
         at: usize,
         capacity: usize,
@@ -101,6 +100,20 @@ impl FlatRipples {
             fragments: (ripple_ids / list_len) as u64,
         };
         self.tables[at] = e;
+        e
+    }
+
+    /// Room for table `at` of `capacity` slots and `ripple_ids` ids, to be
+    /// filled in place (the new ranges zeroed on all cores, so first touches
+    /// of fresh pages run in parallel); returns the table's entry.
+    pub fn append(
+        &mut self,
+        at: usize,
+        capacity: usize,
+        ripple_ids: usize,
+        list_len: usize,
+    ) -> TableEntry {
+        let e = self.record(at, capacity, ripple_ids, list_len);
         self.table_keys
             .par_extend(rayon::iter::repeat_n(0u64, capacity));
         self.table_slots
@@ -119,12 +132,10 @@ impl FlatRipples {
         let tables: Vec<(Vec<u64>, Vec<u32>)> =
             levels.par_iter().map(|sr| build_table(&sr.keys)).collect();
         for (t, (sr, (sk, si))) in levels.iter().zip(tables).enumerate() {
-            let e = flat.append(t, sk.len(), sr.ripples.len(), list_len);
-            let so = e.slot_offset as usize;
-            flat.table_keys[so..so + sk.len()].copy_from_slice(&sk);
-            flat.table_slots[so..so + si.len()].copy_from_slice(&si);
-            let rb = e.ripple_base as usize * list_len;
-            flat.ripples[rb..rb + sr.ripples.len()].copy_from_slice(&sr.ripples);
+            flat.record(t, sk.len(), sr.ripples.len(), list_len);
+            flat.table_keys.extend_from_slice(&sk);
+            flat.table_slots.extend_from_slice(&si);
+            flat.ripples.extend_from_slice(&sr.ripples);
             let s = t % spacings.max(1);
             flat.fragments[s] += sr.keys.len();
             flat.short[s] += sr.short;

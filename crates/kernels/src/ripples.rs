@@ -460,7 +460,7 @@ impl GpuRippleBuilder {
 
 /// Slots of a key table for `fragments` keys: the same rule as
 /// `octex_index::table::table_capacity` (this crate sits below the index
-/// crate; `octex-build`'s tests check that the two agree).
+/// crate; a test in `octex-build` checks that the two agree).
 pub fn table_capacity(fragments: usize) -> usize {
     if fragments == 0 {
         0

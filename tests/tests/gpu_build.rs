@@ -96,7 +96,7 @@ fn gpu_ripples_equal_cpu_ripples() {
             let rot = ripples::copy_rotation(&map, c);
             let mut z = vec![0f32; n * cd];
             octex_lattice::copymap::project_rows(&pcs, cd, &rot, &vec![0.0; cd], &mut z, false);
-            let want = ripples::build_copy(&map, c, &z, l, pmin);
+            let want = ripples::build_copy_members(&map, c, &z, l, pmin);
             let zd = gpu.upload(&z).unwrap();
             let shift = gpu.upload(&map.shifts[c * cd..(c + 1) * cd]).unwrap();
             let got = builder

@@ -21,6 +21,14 @@ pub struct BuildFlags {
     /// Ripple length l (default 16).
     #[arg(long)]
     pub list_len: Option<usize>,
+    /// What a ripple holds: nearest (the l vectors nearest to the fragment's
+    /// centre, the paper's) or members (its own members, topped up from the
+    /// parent fragment: octex's first rule, for comparison).
+    #[arg(long, default_value = "nearest")]
+    pub ripple_rule: String,
+    /// Inverted-file lists probed per fragment centre (default 12).
+    #[arg(long)]
+    pub ripple_probes: Option<usize>,
     /// Smallest stored fragment pmin (default by n).
     #[arg(long)]
     pub min_fragment: Option<usize>,
@@ -78,6 +86,14 @@ impl BuildFlags {
         }
         if let Some(m) = self.max_spacings {
             p.max_spacings = m;
+        }
+        p.ripple_rule = match self.ripple_rule.as_str() {
+            "nearest" => octex_build::RippleRule::Nearest,
+            "members" => octex_build::RippleRule::Members,
+            o => anyhow::bail!("--ripple-rule {o}: expected nearest or members"),
+        };
+        if let Some(pr) = self.ripple_probes {
+            p.ripple_probes = pr;
         }
         p.sketch_width = self.sketch_width;
         p.row_len = self.row_len;
@@ -203,9 +219,15 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         r.spacing_median_sizes
     );
     println!(
-        "  stored fragments per spacing (all copies) {:?}, completed short {:?}, key collisions {}",
+        "  stored fragments per spacing (all copies) {:?}, of them with fewer than l members {:?}, key collisions {}",
         r.fragments, r.short_fragments, r.key_collisions
     );
+    if let Some(rr) = r.ripple_recall {
+        println!(
+            "  ripples searched around the centres: recall {rr:.4} of the exact l nearest (copy 0, {} fragments)",
+            octex_build::RIPPLE_RECALL_SAMPLES
+        );
+    }
     println!(
         "  bytes: {}; {:.0} bytes per vector",
         r.sizes,

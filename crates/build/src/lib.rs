@@ -9,7 +9,9 @@
 //! 2. mean and principal basis on a sample ([`pca`], faer), scale sigma;
 //! 3. the copy map ([`octex_lattice::CopyMap`]) with spacings chosen from the
 //!    data ([`spacing`]);
-//! 4. fragment ripples of every copy by sorting ([`ripples`]);
+//! 4. fragment ripples of every copy ([`ripples`]): the stored fragments by
+//!    sorting, each one's ripple the `l` vectors nearest to its centre, found
+//!    through an inverted file over the copy's projection ([`centre_knn`]);
 //! 5. the int8 sketch ([`sketch`]);
 //! 6. neighbour rows: exact k-NN ([`knn`]) with reverse entries ([`rows`]);
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
@@ -21,6 +23,7 @@
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
 //! scale with `n` and `D` and a size estimate callable before building.
 
+pub mod centre_knn;
 pub mod gpu_ripples;
 pub mod gpu_rows;
 pub mod knn;
@@ -42,7 +45,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use gpu_rows::open_gpu;
-pub use params::{BuildBackend, BuildParams, ResolvedParams, RowMethod, SizeEstimate};
+pub use params::{BuildBackend, BuildParams, ResolvedParams, RippleRule, RowMethod, SizeEstimate};
 use ripples::FlatRipples;
 
 /// Why a build refused its input.
@@ -83,11 +86,19 @@ pub struct BuildReport {
     pub spacing_median_sizes: Vec<usize>,
     /// Stored fragments per spacing, over all copies.
     pub fragments: Vec<usize>,
-    /// Of those, completed from the coarser spacing.
+    /// Of those, fragments with fewer than `l` members (their ripples hold
+    /// non-members: searched, or completed from the parent under the members rule).
     pub short_fragments: Vec<usize>,
     pub key_collisions: usize,
+    /// Recall of copy 0's searched ripples against the exact `l` nearest of
+    /// their centres (brute force, [`RIPPLE_RECALL_SAMPLES`] fragments); `None`
+    /// when the ripples are not searched.
+    pub ripple_recall: Option<f64>,
     pub sizes: SizeEstimate,
 }
+
+/// Fragments whose searched ripples the build checks against brute force.
+pub const RIPPLE_RECALL_SAMPLES: usize = 256;
 
 impl BuildReport {
     fn phase<T>(&mut self, name: &str, f: impl FnOnce() -> T) -> T {
@@ -405,7 +416,23 @@ fn structure(
         })?),
         None => None,
     };
+    let spec = ripples::RippleSpec {
+        list_len: p.list_len,
+        pmin: p.min_fragment,
+        rule: p.ripple_rule,
+        ivf: centre_knn::IvfParams {
+            probes: p.ripple_probes,
+            seed: p.seed ^ 0x1f,
+            ..Default::default()
+        },
+    };
+    // The GPU sort builder writes member ripples; ripples searched around the
+    // centres run on the CPU (all cores, copies in parallel).
     let ripples_on_gpu = match &gpu {
+        Some(_) if spec.searches() => {
+            tracing::info!("ripples by the nearest-to-centre rule: on the CPU");
+            false
+        }
         Some(g) => gpu_ripples::fits(g, n, p.list_len, map.copy_dim())?,
         None => false,
     };
@@ -418,7 +445,7 @@ fn structure(
                 .into_par_iter()
                 .map(|c| {
                     let z = project_copy(&pcs, &map, c, None);
-                    let r = ripples::build_copy(&map, c, &z, p.list_len, p.min_fragment);
+                    let r = ripples::build_copy(&map, c, &z, &spec);
                     pb_ripples.inc(1);
                     r
                 })
@@ -427,6 +454,20 @@ fn structure(
         }
     })?;
     pb_ripples.finish_and_clear();
+    report.ripple_recall = report
+        .phase("ripple_recall", || {
+            spec.searches().then(|| {
+                let z = project_copy(&pcs, &map, 0, None);
+                ripples::searched_ripple_recall(&map, 0, &z, &spec, RIPPLE_RECALL_SAMPLES)
+            })
+        })
+        .flatten();
+    if let Some(r) = report.ripple_recall {
+        tracing::info!(
+            recall = r,
+            "searched ripples against the exact l nearest (copy 0)"
+        );
+    }
 
     // Sketch: the first w principal coordinates (zero beyond m), scales
     // from the PCA sample.

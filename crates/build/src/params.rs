@@ -3,6 +3,8 @@
 use octex_index::VectorDtype;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ripples::RippleRule;
+
 /// How neighbour rows are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RowMethod {
@@ -37,6 +39,14 @@ pub struct BuildParams {
     pub blocks: Option<usize>,
     /// Ripple length `l`: ids stored per fragment. Default 16.
     pub list_len: Option<usize>,
+    /// What a fragment's ripple holds. Default [`RippleRule::Nearest`], the
+    /// paper's: the `l` vectors nearest to the fragment's centre.
+    pub ripple_rule: RippleRule,
+    /// Inverted-file lists probed per fragment centre when the ripples are
+    /// searched ([`RippleRule::Nearest`] with `pmin < l`). Default 12 (of
+    /// `sqrt(n)` lists); the build reports the recall of the lists against a
+    /// brute-force k-NN on a sample of copy 0's centres.
+    pub ripple_probes: usize,
     /// Smallest fragment (members) that gets a stored ripple, `pmin`. Default 1
     /// below 2M vectors, 2 up to 20M, 10 above (memory).
     pub min_fragment: Option<usize>,
@@ -97,6 +107,8 @@ impl Default for BuildParams {
             copies: None,
             blocks: None,
             list_len: None,
+            ripple_rule: RippleRule::Nearest,
+            ripple_probes: 12,
             min_fragment: None,
             spacings: None,
             finest_hit_rate: 0.8,
@@ -127,6 +139,8 @@ pub struct ResolvedParams {
     pub copies: usize,
     pub blocks: usize,
     pub list_len: usize,
+    pub ripple_rule: RippleRule,
+    pub ripple_probes: usize,
     pub min_fragment: usize,
     pub spacings: Option<Vec<f32>>,
     pub finest_hit_rate: f64,
@@ -153,6 +167,8 @@ impl BuildParams {
             copies: self.copies.unwrap_or(32),
             blocks: self.blocks.unwrap_or((dim / 8).clamp(1, 4)),
             list_len: self.list_len.unwrap_or(16),
+            ripple_rule: self.ripple_rule,
+            ripple_probes: self.ripple_probes.max(1),
             min_fragment: self.min_fragment.unwrap_or(match n {
                 0..=2_000_000 => 1,
                 2_000_001..=20_000_000 => 2,

@@ -1,27 +1,42 @@
-//! Fragment ripples of one copy, by sorting.
+//! Fragment ripples of one copy.
 //!
 //! For each spacing, coarsest first: one pass decodes every vector's fragment
 //! (key, check word, squared distance to the centre); one sort by (key, distance,
 //! id) lays every fragment's members out nearest-first; a fragment with at least
-//! `pmin` members keeps its first `l`. Keys whose members disagree on the check
-//! word are collisions of two fragments and are dropped.
+//! `pmin` members is stored. Keys whose members disagree on the check word are
+//! collisions of two fragments and are dropped. What a stored fragment's ripple
+//! holds is the [`RippleRule`]:
 //!
-//! **Short fragments** (fewer than `l` members) are completed from their parent:
-//! the fragment one spacing coarser that holds the short fragment's nearest member
-//! (always populated, processed just before). The parent's [`PARENT_CANDIDATES`]
-//! members nearest to *its* centre (or its completed ripple when it is short
-//! itself) and the short fragment's own members are ranked by distance to the
-//! short fragment's centre in the copy's projection, and the nearest `l` kept.
-//! Decision: candidates from the parent's members rather than only its `l`-long
-//! ripple, because a fine fragment at the edge of a coarse one is far from the
-//! coarse centre whose list the ripple holds; this costs `O(64 * 8b)` per short
-//! fragment. Short fragments at the coarsest spacing stay short (padded with
-//! `PAD_ID`).
+//! - [`RippleRule::Nearest`] (the paper's, section 3.3, and the default): the `l`
+//!   base vectors nearest to the fragment's centre in the copy's projection,
+//!   whether or not they are members, found through an inverted file over the
+//!   copy's projection ([`crate::centre_knn`]). When `pmin >= l` every stored
+//!   fragment holds at least `l` members and the build keeps its `l` members
+//!   nearest to the centre instead, as the paper does at a billion vectors (a
+//!   sort, no search).
+//! - [`RippleRule::Members`] (octex's first rule, kept for comparison and run by
+//!   the GPU sort builder): the fragment's own members nearest to the centre;
+//!   **short fragments** (fewer than `l` members) are completed from their
+//!   parent, the fragment one spacing coarser that holds the short fragment's
+//!   nearest member. The parent's [`PARENT_CANDIDATES`] members nearest to *its*
+//!   centre (or its completed ripple when it is short itself) and the short
+//!   fragment's own members are ranked by distance to the short fragment's
+//!   centre, and the nearest `l` kept. Short fragments at the coarsest spacing
+//!   stay short (padded with `PAD_ID`).
+//!
+//! Measured on GloVe-50 (C=64, r=16, 1,000 queries, pool recall at W=0): the
+//! members rule's lists are centred far from most queries, because at 390k
+//! vectors almost every fine fragment holds a few members; the nearest rule's
+//! lists are what the query would have found around its own fragment. The
+//! figures are in `docs/RESULTS.md`.
 
 use octex_index::table::{build_table, lookup, PAD_ID};
 use octex_index::TableEntry;
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::centre_knn::{IvfParams, ProjectedIvf};
 
 /// Parent members considered when completing a short fragment.
 pub const PARENT_CANDIDATES: usize = 64;
@@ -68,7 +83,7 @@ pub struct FlatRipples {
     pub ripples: Vec<u32>,
     /// Stored fragments per spacing, over all copies.
     pub fragments: Vec<usize>,
-    /// Of those, completed from the coarser spacing.
+    /// Of those, fragments with fewer than `l` members.
     pub short: Vec<usize>,
     pub collisions: usize,
 }
@@ -145,8 +160,214 @@ impl FlatRipples {
     }
 }
 
-/// Ripples of one copy, spacing by spacing (finest first, as in the index).
-pub fn build_copy(
+/// Which ids a stored fragment's ripple holds (see the module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RippleRule {
+    /// The `l` base vectors nearest to the fragment's centre (the paper's).
+    #[default]
+    Nearest,
+    /// The fragment's own members, short ones completed from the parent.
+    Members,
+}
+
+/// How one copy's ripples are built.
+#[derive(Clone, Copy, Debug)]
+pub struct RippleSpec {
+    /// Ripple length `l`.
+    pub list_len: usize,
+    /// Smallest stored fragment `pmin`.
+    pub pmin: usize,
+    pub rule: RippleRule,
+    /// The inverted file of [`RippleRule::Nearest`].
+    pub ivf: IvfParams,
+}
+
+impl RippleSpec {
+    /// Whether the ripples come from a search around the centres (rather than
+    /// from the members alone).
+    pub fn searches(&self) -> bool {
+        self.rule == RippleRule::Nearest && self.pmin < self.list_len
+    }
+}
+
+/// The stored fragments of one (copy, spacing): keys, and member ranges of
+/// the vectors sorted by (key, distance to the centre, id).
+struct Stored {
+    /// Every vector's key at this spacing.
+    keys: Vec<u64>,
+    /// Vectors sorted by (key, distance to centre, id).
+    order: Vec<u32>,
+    /// Stored fragments' keys.
+    stored_keys: Vec<u64>,
+    /// Member range in `order` of each stored fragment, by ordinal.
+    groups: Vec<(u32, u32)>,
+    collisions: usize,
+}
+
+fn stored_fragments(map: &CopyMap, copy: usize, z: &[f32], s: usize, pmin: usize) -> Stored {
+    let cd = map.copy_dim();
+    let n = z.len() / cd;
+    let mut keys = vec![0u64; n];
+    let mut checks = vec![0u64; n];
+    // Sort packed (key, distance, id) tuples rather than ids through the
+    // arrays: the same order, with sequential instead of random accesses
+    // (an indirect sort of 1M ids took seconds in cache misses).
+    let mut packed: Vec<(u64, u32, u32)> = Vec::with_capacity(n);
+    for i in 0..n {
+        let (fk, d) = map.fragment(&z[i * cd..(i + 1) * cd], copy, s);
+        keys[i] = fk.key;
+        checks[i] = fk.check;
+        packed.push((fk.key, d.to_bits(), i as u32));
+    }
+    packed.sort_unstable();
+    let order: Vec<u32> = packed.iter().map(|p| p.2).collect();
+    drop(packed);
+    let mut out = Stored {
+        keys,
+        order,
+        stored_keys: Vec::new(),
+        groups: Vec::new(),
+        collisions: 0,
+    };
+    let mut start = 0;
+    while start < n {
+        let key = out.keys[out.order[start] as usize];
+        let mut end = start + 1;
+        while end < n && out.keys[out.order[end] as usize] == key {
+            end += 1;
+        }
+        let members = &out.order[start..end];
+        let range = (start as u32, end as u32);
+        start = end;
+        if members.len() < pmin {
+            continue;
+        }
+        let check = checks[members[0] as usize];
+        if members.iter().any(|&m| checks[m as usize] != check) {
+            out.collisions += 1;
+            continue;
+        }
+        out.stored_keys.push(key);
+        out.groups.push(range);
+    }
+    out
+}
+
+/// The centre (in the copy's projection) of the fragment holding `z_row` at
+/// spacing `s`.
+fn centre_of(map: &CopyMap, copy: usize, s: usize, z_row: &[f32], centre: &mut [f32]) {
+    let mut coords = [0i32; 64];
+    let cd = map.copy_dim();
+    map.decode(z_row, copy, s, &mut coords[..cd]);
+    map.centre(&coords[..cd], copy, s, centre);
+}
+
+/// Ripples of one copy, spacing by spacing (finest first, as in the index),
+/// by `spec`'s rule. `z` is the copy's projection of every vector (`n x 8b`).
+pub fn build_copy(map: &CopyMap, copy: usize, z: &[f32], spec: &RippleSpec) -> Vec<SpacingRipples> {
+    if !spec.searches() {
+        // Members, or Nearest with pmin >= l: every stored fragment holds at
+        // least l members and its l nearest members are its ripple.
+        return build_copy_members(map, copy, z, spec.list_len, spec.pmin);
+    }
+    let cd = map.copy_dim();
+    let l = spec.list_len;
+    let spacings = map.spacings.len();
+    let mut out: Vec<SpacingRipples> = vec![SpacingRipples::default(); spacings];
+    // Every stored fragment's centre, all spacings together (one search).
+    let mut centres: Vec<f32> = Vec::new();
+    let t_sort = std::time::Instant::now();
+    for (s, res) in out.iter_mut().enumerate() {
+        let st = stored_fragments(map, copy, z, s, spec.pmin);
+        let at = centres.len();
+        centres.resize(at + st.groups.len() * cd, 0.0);
+        for (f, &(a, b)) in st.groups.iter().enumerate() {
+            let first = st.order[a as usize] as usize;
+            centre_of(
+                map,
+                copy,
+                s,
+                &z[first * cd..(first + 1) * cd],
+                &mut centres[at + f * cd..at + (f + 1) * cd],
+            );
+            if ((b - a) as usize) < l {
+                res.short += 1;
+            }
+        }
+        res.keys = st.stored_keys;
+        res.collisions = st.collisions;
+    }
+    tracing::debug!(
+        copy,
+        seconds = t_sort.elapsed().as_secs_f64(),
+        "stored fragments"
+    );
+    let t0 = std::time::Instant::now();
+    let ivf = ProjectedIvf::build(z, cd, &spec.ivf);
+    let t1 = t0.elapsed().as_secs_f64();
+    let lists = ivf.nearest(&centres, l, spec.ivf.probes, PAD_ID);
+    tracing::debug!(
+        copy,
+        ivf_seconds = t1,
+        search_seconds = t0.elapsed().as_secs_f64() - t1,
+        centres = centres.len() / cd,
+        "searched ripples"
+    );
+    let mut at = 0;
+    for res in out.iter_mut() {
+        let len = res.keys.len() * l;
+        res.ripples = lists[at..at + len].to_vec();
+        at += len;
+    }
+    out
+}
+
+/// How close searched ripples come to the exact `l` nearest of their centres:
+/// the recall of [`build_copy`]'s lists against a brute-force k-NN over `z`, on
+/// `samples` stored fragments of copy `copy` spread over all spacings (what
+/// the builder reports for copy 0). `None` when the spec does not search.
+pub fn searched_ripple_recall(
+    map: &CopyMap,
+    copy: usize,
+    z: &[f32],
+    spec: &RippleSpec,
+    samples: usize,
+) -> Option<f64> {
+    if !spec.searches() {
+        return None;
+    }
+    let cd = map.copy_dim();
+    let mut centres = Vec::new();
+    for s in 0..map.spacings.len() {
+        let st = stored_fragments(map, copy, z, s, spec.pmin);
+        let per = samples.div_ceil(map.spacings.len()).max(1);
+        let step = (st.groups.len() / per).max(1);
+        for &(a, _) in st.groups.iter().step_by(step).take(per) {
+            let first = st.order[a as usize] as usize;
+            let at = centres.len();
+            centres.resize(at + cd, 0.0);
+            centre_of(
+                map,
+                copy,
+                s,
+                &z[first * cd..(first + 1) * cd],
+                &mut centres[at..],
+            );
+        }
+    }
+    let ivf = ProjectedIvf::build(z, cd, &spec.ivf);
+    let found = ivf.nearest(&centres, spec.list_len, spec.ivf.probes, PAD_ID);
+    Some(crate::centre_knn::recall_against_exact(
+        z,
+        cd,
+        &centres,
+        &found,
+        spec.list_len,
+    ))
+}
+
+/// Ripples of one copy by [`RippleRule::Members`] (finest first).
+pub fn build_copy_members(
     map: &CopyMap,
     copy: usize,
     z: &[f32],
@@ -154,60 +375,22 @@ pub fn build_copy(
     pmin: usize,
 ) -> Vec<SpacingRipples> {
     let cd = map.copy_dim();
-    let n = z.len() / cd;
     let l = list_len;
     let spacings = map.spacings.len();
     let mut out: Vec<SpacingRipples> = vec![SpacingRipples::default(); spacings];
-    let mut keys = vec![0u64; n];
-    let mut checks = vec![0u64; n];
-    let mut dists = vec![0f32; n];
-    let mut order: Vec<u32> = Vec::with_capacity(n);
-    let mut packed: Vec<(u64, u32, u32)> = Vec::with_capacity(n);
-    // The coarser spacing's per-vector keys, its table, its member order and the
-    // member range of each stored fragment, for parent lookups.
-    let mut parent: Option<Parent> = None;
-    let mut groups: Vec<(u32, u32)> = Vec::new();
-    let mut coords = vec![0i32; cd];
+    // The coarser spacing's stored fragments and their table, for parent lookups.
+    let mut parent: Option<(Stored, Vec<u64>, Vec<u32>)> = None;
     let mut centre = vec![0f32; cd];
     let mut cand: Vec<(f32, u32)> = Vec::with_capacity(2 * l);
 
     for s in (0..spacings).rev() {
-        for i in 0..n {
-            let (fk, d) = map.fragment(&z[i * cd..(i + 1) * cd], copy, s);
-            keys[i] = fk.key;
-            checks[i] = fk.check;
-            dists[i] = d;
-        }
-        // Sort packed (key, distance, id) tuples rather than ids through the
-        // arrays: the same order, with sequential instead of random accesses
-        // (an indirect sort of 1M ids took seconds in cache misses).
-        packed.clear();
-        packed.extend((0..n).map(|i| (keys[i], dists[i].to_bits(), i as u32)));
-        packed.sort_unstable();
-        order.clear();
-        order.extend(packed.iter().map(|p| p.2));
+        let st = stored_fragments(map, copy, z, s, pmin);
         let (finer, coarser) = out.split_at_mut(s + 1);
         let res = &mut finer[s];
-        groups.clear();
-        let mut start = 0;
-        while start < n {
-            let key = keys[order[start] as usize];
-            let mut end = start + 1;
-            while end < n && keys[order[end] as usize] == key {
-                end += 1;
-            }
-            let members = &order[start..end];
-            start = end;
-            if members.len() < pmin {
-                continue;
-            }
-            let check = checks[members[0] as usize];
-            if members.iter().any(|&m| checks[m as usize] != check) {
-                res.collisions += 1;
-                continue;
-            }
-            res.keys.push(key);
-            groups.push(((end - members.len()) as u32, end as u32));
+        res.collisions = st.collisions;
+        res.keys = st.stored_keys.clone();
+        for &(a, b) in &st.groups {
+            let members = &st.order[a as usize..b as usize];
             let first = members[0] as usize;
             if members.len() >= l {
                 res.ripples.extend_from_slice(&members[..l]);
@@ -215,17 +398,16 @@ pub fn build_copy(
             }
             res.short += 1;
             cand.clear();
-            map.decode(&z[first * cd..(first + 1) * cd], copy, s, &mut coords);
-            map.centre(&coords, copy, s, &mut centre);
+            centre_of(map, copy, s, &z[first * cd..(first + 1) * cd], &mut centre);
             let dist_to_centre = |id: u32| -> f32 {
                 let zr = &z[id as usize * cd..(id as usize + 1) * cd];
                 zr.iter().zip(&centre).map(|(a, b)| (a - b) * (a - b)).sum()
             };
             cand.extend(members.iter().map(|&m| (dist_to_centre(m), m)));
-            if let Some(par) = &parent {
-                if let Some(ord) = lookup(&par.slot_keys, &par.slot_ids, par.keys[first]) {
-                    let (a, b) = par.groups[ord as usize];
-                    let pmembers = &par.order[a as usize..b as usize];
+            if let Some((par, slot_keys, slot_ids)) = &parent {
+                if let Some(ord) = lookup(slot_keys, slot_ids, par.keys[first]) {
+                    let (pa, pb) = par.groups[ord as usize];
+                    let pmembers = &par.order[pa as usize..pb as usize];
                     let from_ripple;
                     let pool: &[u32] = if pmembers.len() >= l {
                         &pmembers[..pmembers.len().min(PARENT_CANDIDATES)]
@@ -246,27 +428,9 @@ pub fn build_copy(
             res.ripples.resize(before + l, PAD_ID);
         }
         let (slot_keys, slot_ids) = build_table(&res.keys);
-        parent = Some(Parent {
-            keys: keys.clone(),
-            slot_keys,
-            slot_ids,
-            order: order.clone(),
-            groups: std::mem::take(&mut groups),
-        });
+        parent = Some((st, slot_keys, slot_ids));
     }
     out
-}
-
-/// What a finer spacing needs of the coarser one.
-struct Parent {
-    /// Every vector's key at the coarser spacing.
-    keys: Vec<u64>,
-    slot_keys: Vec<u64>,
-    slot_ids: Vec<u32>,
-    /// Vectors sorted by (key, distance to centre).
-    order: Vec<u32>,
-    /// Member range in `order` of each stored fragment, by ordinal.
-    groups: Vec<(u32, u32)>,
 }
 
 #[cfg(test)]
@@ -274,9 +438,9 @@ mod tests {
     use super::*;
     use octex_lattice::{CopyMapParams, GaussianRng};
 
-    #[test]
-    fn ripples_hold_the_nearest_members_sorted_by_distance_to_the_centre() {
-        let (n, cd, l) = (6_000usize, 32usize, 8usize);
+    /// Gaussian projected coordinates and a one-copy map over them.
+    fn one_copy(n: usize, spacings: Vec<f32>) -> (Vec<f32>, CopyMap) {
+        let cd = 32;
         let mut rng = GaussianRng::new(1, 0);
         let z: Vec<f32> = (0..n * cd).map(|_| rng.normal() as f32).collect();
         let mut basis = vec![0f64; cd * cd];
@@ -294,9 +458,79 @@ mod tests {
                 blocks: 4,
                 seed: 3,
             },
-            vec![1.6, 2.4, 3.6],
+            spacings,
         );
-        let out = build_copy(&map, 0, &z, l, 1);
+        (z, map)
+    }
+
+    /// The paper's rule: every stored fragment's ripple is the brute-force `l`
+    /// nearest of its centre (all lists probed), nearest first.
+    #[test]
+    fn nearest_rule_ripples_are_the_brute_force_neighbours_of_the_centres() {
+        let (n, cd, l) = (4_000usize, 32usize, 8usize);
+        let (z, map) = one_copy(n, vec![1.6, 2.4]);
+        let spec = RippleSpec {
+            list_len: l,
+            pmin: 1,
+            rule: RippleRule::Nearest,
+            ivf: IvfParams {
+                lists: 16,
+                probes: 16,
+                ..Default::default()
+            },
+        };
+        let out = build_copy(&map, 0, &z, &spec);
+        for (s, sr) in out.iter().enumerate() {
+            assert!(!sr.keys.is_empty());
+            // The centre of each stored fragment, from any member.
+            let mut centres: std::collections::HashMap<u64, Vec<f32>> = Default::default();
+            for i in 0..n {
+                let zr = &z[i * cd..(i + 1) * cd];
+                let key = map.fragment(zr, 0, s).0.key;
+                centres.entry(key).or_insert_with(|| {
+                    let mut c = vec![0f32; cd];
+                    centre_of(&map, 0, s, zr, &mut c);
+                    c
+                });
+            }
+            assert_eq!(
+                sr.keys.len(),
+                centres.len(),
+                "pmin = 1 stores every fragment"
+            );
+            for (f, key) in sr.keys.iter().enumerate() {
+                let c = &centres[key];
+                let dist = |id: u32| -> f32 {
+                    let x = &z[id as usize * cd..(id as usize + 1) * cd];
+                    x.iter().zip(c).map(|(a, b)| (a - b) * (a - b)).sum()
+                };
+                let mut all: Vec<(f32, u32)> = (0..n as u32).map(|i| (dist(i), i)).collect();
+                all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let ripple = &sr.ripples[f * l..(f + 1) * l];
+                for (t, &id) in ripple.iter().enumerate() {
+                    let (want_d, _) = all[t];
+                    assert!(
+                        (dist(id) - want_d).abs() <= 1e-3 * want_d.max(1.0),
+                        "spacing {s}, fragment {f}, entry {t}: {} vs the exact {want_d}",
+                        dist(id)
+                    );
+                }
+            }
+        }
+        // The builder's own check agrees.
+        let r = searched_ripple_recall(&map, 0, &z, &spec, 64).expect("searched");
+        assert!(r > 0.999, "recall {r}");
+        // pmin >= l: member lists, no search.
+        let members = RippleSpec { pmin: l, ..spec };
+        assert!(!members.searches());
+        assert!(searched_ripple_recall(&map, 0, &z, &members, 64).is_none());
+    }
+
+    #[test]
+    fn ripples_hold_the_nearest_members_sorted_by_distance_to_the_centre() {
+        let (n, cd, l) = (6_000usize, 32usize, 8usize);
+        let (z, map) = one_copy(n, vec![1.6, 2.4, 3.6]);
+        let out = build_copy_members(&map, 0, &z, l, 1);
         for (s, sr) in out.iter().enumerate() {
             // Members of every fragment by brute force.
             let mut members: std::collections::HashMap<u64, Vec<(f32, u32)>> = Default::default();

@@ -401,3 +401,52 @@ fn tiny_index_with_fewer_vectors_than_a_row() {
         .unwrap();
     assert!(res.ids(0).iter().all(|&id| id != PAD_ID));
 }
+
+/// The paper's ripples (the `l` vectors nearest to each fragment's centre)
+/// hold more of a query's true neighbours in the first round than the
+/// fragment's own members topped up from the parent, at the same list length.
+#[test]
+fn nearest_ripples_beat_member_ripples_in_the_first_round() {
+    let (base, queries) = data();
+    let truth = brute_force(&base, &queries, DIM, 10);
+    let first_round = SearchParams {
+        waves: 0,
+        start_points: 16,
+        rerank: 512,
+        ..SearchParams::default()
+    };
+    let mut recalls = Vec::new();
+    for rule in [
+        octex_build::RippleRule::Members,
+        octex_build::RippleRule::Nearest,
+    ] {
+        let params = BuildParams {
+            ripple_rule: rule,
+            ..test_params()
+        };
+        let built = build(&base, DIM, Metric::L2, &params).unwrap();
+        match rule {
+            octex_build::RippleRule::Members => assert_eq!(built.report.ripple_recall, None),
+            octex_build::RippleRule::Nearest => {
+                let rr = built
+                    .report
+                    .ripple_recall
+                    .expect("searched ripples are checked");
+                assert!(rr > 0.8 && rr <= 1.0, "ripple recall {rr}");
+            }
+        }
+        let index = octex_search::Index::new(built.index);
+        let res = index.search(&queries, 10, &first_round).unwrap();
+        recalls.push(recall(&res.ids, &truth, 10));
+    }
+    eprintln!(
+        "first-round recall@10: members {:.4}, nearest {:.4}",
+        recalls[0], recalls[1]
+    );
+    assert!(
+        recalls[1] > recalls[0],
+        "first round: nearest {} vs members {}",
+        recalls[1],
+        recalls[0]
+    );
+}

@@ -26,7 +26,8 @@ pub struct BuildFlags {
     /// parent fragment: octex's first rule, for comparison).
     #[arg(long, default_value = "nearest")]
     pub ripple_rule: String,
-    /// Inverted-file lists probed per fragment centre (default 12).
+    /// Inverted-file lists probed per fragment centre (default: chosen from
+    /// the data by the recall of the lists on a sample).
     #[arg(long)]
     pub ripple_probes: Option<usize>,
     /// Smallest stored fragment pmin (default by n).
@@ -92,9 +93,7 @@ impl BuildFlags {
             "members" => octex_build::RippleRule::Members,
             o => anyhow::bail!("--ripple-rule {o}: expected nearest or members"),
         };
-        if let Some(pr) = self.ripple_probes {
-            p.ripple_probes = pr;
-        }
+        p.ripple_probes = self.ripple_probes;
         p.sketch_width = self.sketch_width;
         p.row_len = self.row_len;
         p.forward_head = self.forward_head;
@@ -223,8 +222,12 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         r.fragments, r.short_fragments, r.key_collisions
     );
     if let Some(rr) = r.ripple_recall {
+        let how = match r.ripple_probes {
+            Some(p) => format!("searched, {p} lists probed per centre"),
+            None => "member lists".to_string(),
+        };
         println!(
-            "  ripples searched around the centres: recall {rr:.4} of the exact l nearest (copy 0, {} fragments)",
+            "  ripples ({how}): recall {rr:.4} of the exact l nearest to their centres (copy 0, {} fragments)",
             octex_build::RIPPLE_RECALL_SAMPLES
         );
     }

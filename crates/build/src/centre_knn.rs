@@ -279,19 +279,8 @@ impl ProjectedIvf {
                 for (t, &c) in chunk.iter().enumerate() {
                     let top = &mut tops[c as usize];
                     let cn = centre_norms[c as usize];
-                    let row = &mut out[t * (b - a)..(t + 1) * (b - a)];
-                    // Distances in place (vectorised), then one comparison per
-                    // candidate against a bound that changes only on entry.
-                    for (d, &xn) in row.iter_mut().zip(lnorms) {
-                        *d = (cn + xn - 2.0 * *d).max(0.0);
-                    }
-                    let mut bound = top.worst();
-                    for (&dist, &id) in row.iter().zip(lids) {
-                        if dist < bound {
-                            top.push(dist, id);
-                            bound = top.worst();
-                        }
-                    }
+                    let row = &out[t * (b - a)..(t + 1) * (b - a)];
+                    scan_row(top, cn, row, lnorms, lids);
                 }
             }
         }
@@ -300,6 +289,23 @@ impl ProjectedIvf {
             ids[c * l..c * l + top.len()].copy_from_slice(top.ids());
         }
         ids
+    }
+}
+
+/// Offer one list's candidates to a centre's `top`: `dots[i]` is the centre's
+/// dot product with the list's vector `i`, `norms[i]` that vector's squared
+/// norm, `cn` the centre's. One comparison per candidate against a bound that
+/// changes only when a candidate enters (a blocked, vectorised pre-test of 16
+/// at a time measured no faster: the matrix products dominate).
+#[inline]
+fn scan_row(top: &mut TopK, cn: f32, dots: &[f32], norms: &[f32], ids: &[u32]) {
+    let mut bound = top.worst() - cn;
+    for ((&d, &xn), &id) in dots.iter().zip(norms).zip(ids) {
+        let x = xn - 2.0 * d;
+        if x < bound {
+            top.push((cn + x).max(0.0), id);
+            bound = top.worst() - cn;
+        }
     }
 }
 

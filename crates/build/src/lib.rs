@@ -90,14 +90,16 @@ pub struct BuildReport {
     /// non-members: searched, or completed from the parent under the members rule).
     pub short_fragments: Vec<usize>,
     pub key_collisions: usize,
-    /// Recall of copy 0's searched ripples against the exact `l` nearest of
-    /// their centres (brute force, [`RIPPLE_RECALL_SAMPLES`] fragments); `None`
-    /// when the ripples are not searched.
+    /// Recall of copy 0's stored ripples against the exact `l` nearest of
+    /// their fragments' centres (brute force, about [`RIPPLE_RECALL_SAMPLES`]
+    /// fragments): 1 for the paper's rule built exactly.
     pub ripple_recall: Option<f64>,
+    /// Inverted-file lists probed per centre, when the ripples were searched.
+    pub ripple_probes: Option<usize>,
     pub sizes: SizeEstimate,
 }
 
-/// Fragments whose searched ripples the build checks against brute force.
+/// Fragments whose stored ripples the build checks against brute force.
 pub const RIPPLE_RECALL_SAMPLES: usize = 256;
 
 impl BuildReport {
@@ -416,16 +418,25 @@ fn structure(
         })?),
         None => None,
     };
-    let spec = ripples::RippleSpec {
+    let mut spec = ripples::RippleSpec {
         list_len: p.list_len,
         pmin: p.min_fragment,
         rule: p.ripple_rule,
         ivf: centre_knn::IvfParams {
-            probes: p.ripple_probes,
+            probes: p.ripple_probes.unwrap_or(0),
             seed: p.seed ^ 0x1f,
             ..Default::default()
         },
     };
+    if spec.searches() && p.ripple_probes.is_none() {
+        let (probes, recall) = report.phase("ripple_probes", || {
+            let z = project_copy(&pcs, &map, 0, None);
+            ripples::choose_probes(&map, 0, &z, &spec, RIPPLE_RECALL_SAMPLES)
+        });
+        tracing::info!(probes, recall, "inverted-file probes per fragment centre");
+        spec.ivf.probes = probes;
+    }
+    report.ripple_probes = spec.searches().then_some(spec.ivf.probes);
     // The GPU sort builder writes member ripples; ripples searched around the
     // centres run on the CPU (all cores, copies in parallel).
     let ripples_on_gpu = match &gpu {
@@ -454,20 +465,22 @@ fn structure(
         }
     })?;
     pb_ripples.finish_and_clear();
-    report.ripple_recall = report
-        .phase("ripple_recall", || {
-            spec.searches().then(|| {
-                let z = project_copy(&pcs, &map, 0, None);
-                ripples::searched_ripple_recall(&map, 0, &z, &spec, RIPPLE_RECALL_SAMPLES)
-            })
-        })
-        .flatten();
-    if let Some(r) = report.ripple_recall {
-        tracing::info!(
-            recall = r,
-            "searched ripples against the exact l nearest (copy 0)"
-        );
-    }
+    report.ripple_recall = Some(report.phase("ripple_recall", || {
+        let z = project_copy(&pcs, &map, 0, None);
+        ripples::stored_ripple_recall(
+            &map,
+            0,
+            &z,
+            &flat,
+            p.list_len,
+            p.min_fragment,
+            RIPPLE_RECALL_SAMPLES,
+        )
+    }));
+    tracing::info!(
+        recall = report.ripple_recall,
+        "stored ripples against the exact l nearest of their centres (copy 0)"
+    );
 
     // Sketch: the first w principal coordinates (zero beyond m), scales
     // from the PCA sample.

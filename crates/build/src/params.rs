@@ -43,10 +43,12 @@ pub struct BuildParams {
     /// paper's: the `l` vectors nearest to the fragment's centre.
     pub ripple_rule: RippleRule,
     /// Inverted-file lists probed per fragment centre when the ripples are
-    /// searched ([`RippleRule::Nearest`] with `pmin < l`). Default 12 (of
-    /// `sqrt(n)` lists); the build reports the recall of the lists against a
-    /// brute-force k-NN on a sample of copy 0's centres.
-    pub ripple_probes: usize,
+    /// searched ([`RippleRule::Nearest`] with `pmin < l`), of `sqrt(n)` lists.
+    /// Default: chosen from the data, the fewest of
+    /// [`crate::ripples::PROBE_LADDER`] whose lists hold
+    /// [`crate::ripples::PROBE_TARGET_RECALL`] of the exact `l` nearest on a
+    /// sample of copy 0's centres, else the last (see `ripples::choose_probes`).
+    pub ripple_probes: Option<usize>,
     /// Smallest fragment (members) that gets a stored ripple, `pmin`. Default 1
     /// below 2M vectors, 2 up to 20M, 10 above (memory).
     pub min_fragment: Option<usize>,
@@ -108,7 +110,7 @@ impl Default for BuildParams {
             blocks: None,
             list_len: None,
             ripple_rule: RippleRule::Nearest,
-            ripple_probes: 12,
+            ripple_probes: None,
             min_fragment: None,
             spacings: None,
             finest_hit_rate: 0.8,
@@ -140,7 +142,7 @@ pub struct ResolvedParams {
     pub blocks: usize,
     pub list_len: usize,
     pub ripple_rule: RippleRule,
-    pub ripple_probes: usize,
+    pub ripple_probes: Option<usize>,
     pub min_fragment: usize,
     pub spacings: Option<Vec<f32>>,
     pub finest_hit_rate: f64,
@@ -168,7 +170,7 @@ impl BuildParams {
             blocks: self.blocks.unwrap_or((dim / 8).clamp(1, 4)),
             list_len: self.list_len.unwrap_or(16),
             ripple_rule: self.ripple_rule,
-            ripple_probes: self.ripple_probes.max(1),
+            ripple_probes: self.ripple_probes.map(|p| p.max(1)),
             min_fragment: self.min_fragment.unwrap_or(match n {
                 0..=2_000_000 => 1,
                 2_000_001..=20_000_000 => 2,

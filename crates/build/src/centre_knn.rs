@@ -108,6 +108,26 @@ fn dots(left: &[f32], right: &[f32], dim: usize, out: &mut [f32]) {
     );
 }
 
+/// A counting sort of positions by bucket: `(starts, order)` with bucket `j`
+/// holding `order[starts[j]..starts[j + 1]]`, the positions `i` with
+/// `keys[i] == j` in increasing order.
+fn bucket(keys: &[u32], buckets: usize) -> (Vec<usize>, Vec<u32>) {
+    let mut starts = vec![0usize; buckets + 1];
+    for &j in keys {
+        starts[j as usize + 1] += 1;
+    }
+    for j in 0..buckets {
+        starts[j + 1] += starts[j];
+    }
+    let mut fill = starts.clone();
+    let mut order = vec![0u32; keys.len()];
+    for (i, &j) in keys.iter().enumerate() {
+        order[fill[j as usize]] = i as u32;
+        fill[j as usize] += 1;
+    }
+    (starts, order)
+}
+
 /// The nearest centroid of every row of `rows`.
 fn assign(rows: &[f32], dim: usize, centroids: &[f32], centroid_norms: &[f32]) -> Vec<u32> {
     let k = centroid_norms.len();
@@ -179,20 +199,10 @@ impl ProjectedIvf {
         }
         let centroid_norms = sq_norms(&centroids, dim);
         let owner = assign(z, dim, &centroids, &centroid_norms);
-        let mut offsets = vec![0usize; k + 1];
-        for &o in &owner {
-            offsets[o as usize + 1] += 1;
-        }
-        for j in 0..k {
-            offsets[j + 1] += offsets[j];
-        }
-        let mut next = offsets.clone();
-        let mut ids = vec![0u32; n];
+        let (offsets, ids) = bucket(&owner, k);
         let mut points = vec![0f32; n * dim];
-        for (i, &o) in owner.iter().enumerate() {
-            let at = next[o as usize];
-            next[o as usize] += 1;
-            ids[at] = i as u32;
+        for (at, &i) in ids.iter().enumerate() {
+            let i = i as usize;
             points[at * dim..(at + 1) * dim].copy_from_slice(&z[i * dim..(i + 1) * dim]);
         }
         let norms = sq_norms(&points, dim);
@@ -234,20 +244,10 @@ impl ProjectedIvf {
                 );
             }
         }
-        let mut starts = vec![0usize; k + 1];
-        for &j in &probe_of {
-            starts[j as usize + 1] += 1;
-        }
-        for j in 0..k {
-            starts[j + 1] += starts[j];
-        }
-        let mut fill = starts.clone();
-        let mut probers = vec![0u32; m * probes];
-        for (i, &j) in probe_of.iter().enumerate() {
-            probers[fill[j as usize]] = (i / probes) as u32;
-            fill[j as usize] += 1;
-        }
+        let (starts, mut probers) = bucket(&probe_of, k);
         drop(probe_of);
+        // Positions in `probe_of` -> the centres they belong to.
+        probers.iter_mut().for_each(|p| *p /= probes as u32);
         // 2. Scan list by list.
         let centre_norms = sq_norms(centres, dim);
         let mut tops: Vec<TopK> = (0..m).map(|_| TopK::new(l)).collect();

@@ -221,16 +221,15 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         "  stored fragments per spacing (all copies) {:?}, of them with fewer than l members {:?}, key collisions {}",
         r.fragments, r.short_fragments, r.key_collisions
     );
-    if let Some(rr) = r.ripple_recall {
-        let how = match r.ripple_probes {
-            Some(p) => format!("searched, {p} lists probed per centre"),
-            None => "member lists".to_string(),
-        };
-        println!(
-            "  ripples ({how}): recall {rr:.4} of the exact l nearest to their centres (copy 0, {} fragments)",
-            octex_build::RIPPLE_RECALL_SAMPLES
-        );
-    }
+    let how = match r.ripple_probes {
+        Some(p) => format!("searched, {p} lists probed per centre"),
+        None => "member lists".to_string(),
+    };
+    println!(
+        "  ripples ({how}): recall {:.4} of the exact l nearest to their centres (copy 0, fragments of {} sample vectors)",
+        r.ripple_recall,
+        octex_build::RIPPLE_RECALL_SAMPLES
+    );
     println!(
         "  bytes: {}; {:.0} bytes per vector",
         r.sizes,

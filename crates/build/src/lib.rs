@@ -91,9 +91,10 @@ pub struct BuildReport {
     pub short_fragments: Vec<usize>,
     pub key_collisions: usize,
     /// Recall of copy 0's stored ripples against the exact `l` nearest of
-    /// their fragments' centres (brute force, about [`RIPPLE_RECALL_SAMPLES`]
-    /// fragments): 1 for the paper's rule built exactly.
-    pub ripple_recall: Option<f64>,
+    /// their fragments' centres (brute force over the fragments of
+    /// [`RIPPLE_RECALL_SAMPLES`] sample vectors): 1 for the paper's rule
+    /// built exactly.
+    pub ripple_recall: f64,
     /// Inverted-file lists probed per centre, when the ripples were searched.
     pub ripple_probes: Option<usize>,
     pub sizes: SizeEstimate,
@@ -428,10 +429,11 @@ fn structure(
             ..Default::default()
         },
     };
+    // Copy 0's projection, for the probe choice and the check of the ripples.
+    let z0 = project_copy(&pcs, &map, 0, None);
     if spec.searches() && p.ripple_probes.is_none() {
         let (probes, recall) = report.phase("ripple_probes", || {
-            let z = project_copy(&pcs, &map, 0, None);
-            ripples::choose_probes(&map, 0, &z, &spec, RIPPLE_RECALL_SAMPLES)
+            ripples::choose_probes(&map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES)
         });
         tracing::info!(probes, recall, "inverted-file probes per fragment centre");
         spec.ivf.probes = probes;
@@ -465,18 +467,10 @@ fn structure(
         }
     })?;
     pb_ripples.finish_and_clear();
-    report.ripple_recall = Some(report.phase("ripple_recall", || {
-        let z = project_copy(&pcs, &map, 0, None);
-        ripples::stored_ripple_recall(
-            &map,
-            0,
-            &z,
-            &flat,
-            p.list_len,
-            p.min_fragment,
-            RIPPLE_RECALL_SAMPLES,
-        )
-    }));
+    report.ripple_recall = report.phase("ripple_recall", || {
+        ripples::stored_ripple_recall(&map, 0, &z0, &flat, p.list_len, RIPPLE_RECALL_SAMPLES)
+    });
+    drop(z0);
     tracing::info!(
         recall = report.ripple_recall,
         "stored ripples against the exact l nearest of their centres (copy 0)"

@@ -330,36 +330,27 @@ pub const PROBE_LADDER: [usize; 4] = [4, 6, 8, 12];
 /// the sample (the last rung is taken when none does).
 pub const PROBE_TARGET_RECALL: f64 = 0.9;
 
-/// About `samples` stored fragments of copy `copy`, spread over all spacings:
-/// their spacing, key and centre (`samples x 8b`).
+/// The fragments of `samples` seeded sample vectors of copy `copy`, the
+/// spacings taken in turn: each one's spacing, key and centre (`samples x 8b`
+/// centres). Fragments are thus drawn as queries meet them, in proportion to
+/// the data they hold; only the sampled vectors are decoded.
 fn sample_fragments(
     map: &CopyMap,
     copy: usize,
     z: &[f32],
-    pmin: usize,
     samples: usize,
+    seed: u64,
 ) -> (Vec<(usize, u64)>, Vec<f32>) {
     let cd = map.copy_dim();
     let spacings = map.spacings.len();
-    let mut picked = Vec::new();
-    let mut centres = Vec::new();
-    for s in 0..spacings {
-        let st = stored_fragments(map, copy, z, s, pmin);
-        let per = samples.div_ceil(spacings).max(1);
-        let step = (st.groups.len() / per).max(1);
-        for (f, &(a, _)) in st.groups.iter().enumerate().step_by(step).take(per) {
-            picked.push((s, st.stored_keys[f]));
-            let first = st.order[a as usize] as usize;
-            let c = centres.len();
-            centres.resize(c + cd, 0.0);
-            centre_of(
-                map,
-                copy,
-                s,
-                &z[first * cd..(first + 1) * cd],
-                &mut centres[c..],
-            );
-        }
+    let rows = crate::pca::sample_rows(z.len() / cd, samples, seed);
+    let mut picked = Vec::with_capacity(rows.len());
+    let mut centres = vec![0f32; rows.len() * cd];
+    for (i, &r) in rows.iter().enumerate() {
+        let s = i % spacings;
+        let zr = &z[r * cd..(r + 1) * cd];
+        picked.push((s, map.fragment(zr, copy, s).0.key));
+        centre_of(map, copy, s, zr, &mut centres[i * cd..(i + 1) * cd]);
     }
     (picked, centres)
 }
@@ -378,7 +369,7 @@ pub fn choose_probes(
     samples: usize,
 ) -> (usize, f64) {
     let cd = map.copy_dim();
-    let (_, centres) = sample_fragments(map, copy, z, spec.pmin, samples);
+    let (_, centres) = sample_fragments(map, copy, z, samples, spec.ivf.seed);
     let ivf = ProjectedIvf::build(z, cd, &spec.ivf);
     let mut last = (PROBE_LADDER[PROBE_LADDER.len() - 1], 0.0);
     for &probes in &PROBE_LADDER {
@@ -394,22 +385,22 @@ pub fn choose_probes(
 
 /// How close the stored ripples of copy `copy` come to the exact `l` nearest
 /// of their fragments' centres: the recall of the lists in `flat` against a
-/// brute-force k-NN over `z` (that copy's projection), on about `samples`
-/// stored fragments spread over all spacings, each found by its key. It
-/// measures what was stored, whichever rule or builder (CPU or GPU) made it.
+/// brute-force k-NN over `z` (that copy's projection), over the stored
+/// fragments of `samples` seeded sample vectors (spacings in turn), each found
+/// by its key. It measures what was stored, whichever rule or builder (CPU or
+/// GPU) made it.
 pub fn stored_ripple_recall(
     map: &CopyMap,
     copy: usize,
     z: &[f32],
     flat: &FlatRipples,
     list_len: usize,
-    pmin: usize,
     samples: usize,
 ) -> f64 {
     let cd = map.copy_dim();
     let spacings = map.spacings.len();
     let l = list_len;
-    let (picked, all_centres) = sample_fragments(map, copy, z, pmin, samples);
+    let (picked, all_centres) = sample_fragments(map, copy, z, samples, 0x5a_4b1e);
     let mut centres = Vec::new();
     let mut lists = Vec::new();
     for (i, &(s, key)) in picked.iter().enumerate() {
@@ -582,11 +573,11 @@ mod tests {
         }
         // The builder's own check agrees, on the flattened tables.
         let flat = FlatRipples::from_copies(vec![out], l);
-        let r = stored_ripple_recall(&map, 0, &z, &flat, l, 1, 64);
+        let r = stored_ripple_recall(&map, 0, &z, &flat, l, 64);
         assert!(r > 0.999, "recall {r}");
         // The members rule's lists are further from the exact ones.
         let members = FlatRipples::from_copies(vec![build_copy_members(&map, 0, &z, l, 1)], l);
-        let rm = stored_ripple_recall(&map, 0, &z, &members, l, 1, 64);
+        let rm = stored_ripple_recall(&map, 0, &z, &members, l, 64);
         assert!(rm < r, "members {rm} vs nearest {r}");
         // pmin >= l: member lists, no search.
         assert!(!RippleSpec { pmin: l, ..spec }.searches());
@@ -606,7 +597,7 @@ mod tests {
             .expect("a rung");
         assert!(recall >= PROBE_TARGET_RECALL || rung + 1 == PROBE_LADDER.len());
         if rung > 0 {
-            let (_, centres) = sample_fragments(&map, 0, &z, 1, 64);
+            let (_, centres) = sample_fragments(&map, 0, &z, 64, auto.ivf.seed);
             let ivf = ProjectedIvf::build(&z, cd, &auto.ivf);
             let below = ivf.nearest(&centres, l, PROBE_LADDER[rung - 1], PAD_ID);
             let r = crate::centre_knn::recall_against_exact(&z, cd, &centres, &below, l);

@@ -330,27 +330,33 @@ pub const PROBE_LADDER: [usize; 4] = [4, 6, 8, 12];
 /// the sample (the last rung is taken when none does).
 pub const PROBE_TARGET_RECALL: f64 = 0.9;
 
-/// The fragments of `samples` seeded sample vectors of copy `copy`, the
-/// spacings taken in turn: each one's spacing, key and centre (`samples x 8b`
-/// centres). Fragments are thus drawn as queries meet them, in proportion to
-/// the data they hold; only the sampled vectors are decoded.
+/// The fragments that `samples` seeded sample vectors of copy `copy` would
+/// read as queries: each one's finest fragment for which `stored(spacing,
+/// key)` holds (none: the vector is skipped). Returns each one's spacing and
+/// key, and the centres (`picked x 8b`). Only the sampled vectors are decoded.
 fn sample_fragments(
     map: &CopyMap,
     copy: usize,
     z: &[f32],
     samples: usize,
     seed: u64,
+    stored: &dyn Fn(usize, u64) -> bool,
 ) -> (Vec<(usize, u64)>, Vec<f32>) {
     let cd = map.copy_dim();
-    let spacings = map.spacings.len();
     let rows = crate::pca::sample_rows(z.len() / cd, samples, seed);
     let mut picked = Vec::with_capacity(rows.len());
-    let mut centres = vec![0f32; rows.len() * cd];
-    for (i, &r) in rows.iter().enumerate() {
-        let s = i % spacings;
+    let mut centres = Vec::with_capacity(rows.len() * cd);
+    for &r in &rows {
         let zr = &z[r * cd..(r + 1) * cd];
-        picked.push((s, map.fragment(zr, copy, s).0.key));
-        centre_of(map, copy, s, zr, &mut centres[i * cd..(i + 1) * cd]);
+        let found = (0..map.spacings.len())
+            .map(|s| (s, map.fragment(zr, copy, s).0.key))
+            .find(|&(s, key)| stored(s, key));
+        if let Some((s, key)) = found {
+            picked.push((s, key));
+            let at = centres.len();
+            centres.resize(at + cd, 0.0);
+            centre_of(map, copy, s, zr, &mut centres[at..]);
+        }
     }
     (picked, centres)
 }
@@ -369,7 +375,9 @@ pub fn choose_probes(
     samples: usize,
 ) -> (usize, f64) {
     let cd = map.copy_dim();
-    let (_, centres) = sample_fragments(map, copy, z, samples, spec.ivf.seed);
+    // Before the tables exist: every vector's finest fragment (stored when
+    // pmin = 1, the default below 2M vectors).
+    let (_, centres) = sample_fragments(map, copy, z, samples, spec.ivf.seed, &|_, _| true);
     let ivf = ProjectedIvf::build(z, cd, &spec.ivf);
     let mut last = (PROBE_LADDER[PROBE_LADDER.len() - 1], 0.0);
     for &probes in &PROBE_LADDER {
@@ -385,10 +393,10 @@ pub fn choose_probes(
 
 /// How close the stored ripples of copy `copy` come to the exact `l` nearest
 /// of their fragments' centres: the recall of the lists in `flat` against a
-/// brute-force k-NN over `z` (that copy's projection), over the stored
-/// fragments of `samples` seeded sample vectors (spacings in turn), each found
-/// by its key. It measures what was stored, whichever rule or builder (CPU or
-/// GPU) made it.
+/// brute-force k-NN over `z` (that copy's projection), over the fragments
+/// that `samples` seeded sample vectors read as queries (the finest stored
+/// one), each found by its key. It measures what was stored, whichever rule or
+/// builder (CPU or GPU) made it.
 pub fn stored_ripple_recall(
     map: &CopyMap,
     copy: usize,
@@ -400,22 +408,23 @@ pub fn stored_ripple_recall(
     let cd = map.copy_dim();
     let spacings = map.spacings.len();
     let l = list_len;
-    let (picked, all_centres) = sample_fragments(map, copy, z, samples, 0x5a_4b1e);
-    let mut centres = Vec::new();
-    let mut lists = Vec::new();
-    for (i, &(s, key)) in picked.iter().enumerate() {
+    let ordinal = |s: usize, key: u64| {
         let t = flat.tables[copy * spacings + s];
         let slots = t.slot_offset as usize..(t.slot_offset + t.capacity) as usize;
-        let Some(ord) = lookup(
+        lookup(
             &flat.table_keys[slots.clone()],
             &flat.table_slots[slots],
             key,
-        ) else {
-            continue;
-        };
-        let at = (t.ripple_base as usize + ord as usize) * l;
+        )
+        .map(|ord| t.ripple_base as usize + ord as usize)
+    };
+    let (picked, centres) = sample_fragments(map, copy, z, samples, 0x5a_4b1e, &|s, key| {
+        ordinal(s, key).is_some()
+    });
+    let mut lists = Vec::with_capacity(picked.len() * l);
+    for &(s, key) in &picked {
+        let at = ordinal(s, key).expect("sampled fragments are stored") * l;
         lists.extend_from_slice(&flat.ripples[at..at + l]);
-        centres.extend_from_slice(&all_centres[i * cd..(i + 1) * cd]);
     }
     crate::centre_knn::recall_against_exact(z, cd, &centres, &lists, l)
 }
@@ -597,7 +606,7 @@ mod tests {
             .expect("a rung");
         assert!(recall >= PROBE_TARGET_RECALL || rung + 1 == PROBE_LADDER.len());
         if rung > 0 {
-            let (_, centres) = sample_fragments(&map, 0, &z, 64, auto.ivf.seed);
+            let (_, centres) = sample_fragments(&map, 0, &z, 64, auto.ivf.seed, &|_, _| true);
             let ivf = ProjectedIvf::build(&z, cd, &auto.ivf);
             let below = ivf.nearest(&centres, l, PROBE_LADDER[rung - 1], PAD_ID);
             let r = crate::centre_knn::recall_against_exact(&z, cd, &centres, &below, l);

@@ -443,7 +443,11 @@ fn structure(
     // centres run on the CPU (all cores, copies in parallel).
     let ripples_on_gpu = match &gpu {
         Some(_) if spec.searches() => {
-            tracing::info!("ripples by the nearest-to-centre rule: on the CPU");
+            tracing::warn!(
+                "ripples by the nearest-to-centre rule run on the CPU cores: the GPU \
+                 builder writes member ripples only (RippleRule::Members, \
+                 `--ripple-rule members`, builds them on the GPU)"
+            );
             false
         }
         Some(g) => gpu_ripples::fits(g, n, p.list_len, map.copy_dim())?,

@@ -363,8 +363,8 @@ fn sample_fragments(
 
 /// The probe count for `spec`'s searched ripples: the fewest of
 /// [`PROBE_LADDER`] whose lists hold [`PROBE_TARGET_RECALL`] of the exact `l`
-/// nearest of about `samples` of copy `copy`'s centres (else the last rung),
-/// with the recall it measured. Data whose centres sit inside the data reach
+/// nearest of the finest fragments' centres of `samples` sample vectors of
+/// copy `copy` (else the last rung), with the recall it measured. Data whose centres sit inside the data reach
 /// the target with few probes; centres far from the data (coarse spacings
 /// against the data's extent, as on GloVe-50) take the last rung.
 pub fn choose_probes(

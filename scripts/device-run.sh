@@ -33,7 +33,7 @@ if [ ! -f "$D/data/glove-50/base.fvecs" ] && [ -f "$D/data/parts/glove-base.xz.p
 fi
 ls -la "$D/data"/* "$D/bin" | tee "$OUT/files.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.log"
-export OCTEX_DATA="$D/data" OCTEX_LOG=${OCTEX_LOG:-info}
+export OCTEX_DATA="$D/data" OCTEX_LOG=${OCTEX_LOG:-info} OCTEX_REQUIRE_GPU=1
 for step in "$@"; do
   echo "=== $step"
   case "$step" in

@@ -73,9 +73,16 @@ pub fn test_params() -> octex_build::BuildParams {
 }
 
 /// Device 0, or `None` (saying so) where there is no CUDA driver or device:
-/// every GPU test starts with it and skips cleanly without a GPU.
+/// every GPU test starts with it and skips cleanly without a GPU. With
+/// `OCTEX_REQUIRE_GPU=1` (set it on a GPU machine) a missing GPU fails the
+/// test instead, so that a skip cannot pass for a run.
 pub fn gpu_or_skip(test: &str) -> Option<octex_kernels::Gpu> {
     if !octex_kernels::driver_available() {
+        let required = std::env::var("OCTEX_REQUIRE_GPU").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "{test}: OCTEX_REQUIRE_GPU=1 but no CUDA driver or device was found"
+        );
         eprintln!("SKIPPED {test}: no CUDA driver or device on this machine");
         return None;
     }

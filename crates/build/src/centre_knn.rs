@@ -232,6 +232,7 @@ impl ProjectedIvf {
         // 1. Each centre's probed lists, then the centres of each list (CSR).
         let mut probe_of = vec![0u32; m * probes];
         let mut buf = vec![0f32; ASSIGN_BLOCK * k];
+        let mut best = Vec::with_capacity(probes);
         for (b, block) in centres.chunks(ASSIGN_BLOCK * dim).enumerate() {
             let bn = block.len() / dim;
             dots(block, &self.centroids, dim, &mut buf);
@@ -240,6 +241,7 @@ impl ProjectedIvf {
                 nearest_lists(
                     &buf[r * k..(r + 1) * k],
                     &self.centroid_norms,
+                    &mut best,
                     &mut probe_of[c * probes..(c + 1) * probes],
                 );
             }
@@ -284,30 +286,14 @@ impl ProjectedIvf {
     }
 }
 
-/// The `out.len()` lists nearest to a centre, from its dot products with the
-/// centroids (`dots`) and their squared norms: a sorted insertion that costs
-/// one comparison per list once the first `out.len()` are in (a selection
-/// over all lists per centre took as long as the scan at few probes).
-fn nearest_lists(dots: &[f32], centroid_norms: &[f32], out: &mut [u32]) {
+/// The `out.len()` lists nearest to a centre, nearest first, from its dot
+/// products with the centroids (`dots`) and their squared norms: a sorted
+/// insertion, one comparison per list once the first `out.len()` are in
+/// (`best` is scratch for their distances).
+fn nearest_lists(dots: &[f32], centroid_norms: &[f32], best: &mut Vec<f32>, out: &mut [u32]) {
     let p = out.len();
-    let mut best = [f32::INFINITY; 64];
-    let mut ids = [0u32; 64];
-    let (best, ids) = if p <= 64 {
-        (&mut best[..p], &mut ids[..p])
-    } else {
-        // Rare (probes > 64): a plain sort.
-        let mut all: Vec<(f32, u32)> = dots
-            .iter()
-            .zip(centroid_norms)
-            .enumerate()
-            .map(|(j, (&d, &cn))| (cn - 2.0 * d, j as u32))
-            .collect();
-        all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        for (o, a) in out.iter_mut().zip(&all) {
-            *o = a.1;
-        }
-        return;
-    };
+    best.clear();
+    best.resize(p, f32::INFINITY);
     let mut bound = f32::INFINITY;
     for (j, (&d, &cn)) in dots.iter().zip(centroid_norms).enumerate() {
         let v = cn - 2.0 * d;
@@ -315,24 +301,24 @@ fn nearest_lists(dots: &[f32], centroid_norms: &[f32], out: &mut [u32]) {
             let mut at = p - 1;
             while at > 0 && best[at - 1] > v {
                 best[at] = best[at - 1];
-                ids[at] = ids[at - 1];
+                out[at] = out[at - 1];
                 at -= 1;
             }
             best[at] = v;
-            ids[at] = j as u32;
+            out[at] = j as u32;
             bound = best[p - 1];
         }
     }
-    out.copy_from_slice(ids);
 }
 
 /// Offer one list's candidates to a centre's `top`: `dots[i]` is the centre's
 /// dot product with the list's vector `i`, `norms[i]` that vector's squared
 /// norm, `cn` the centre's. Blocks of 16 candidates are first compared with
-/// the current `l`-th distance at once (a bit mask the compiler vectorises);
-/// after the first lists almost every block has no candidate that enters, so
-/// the scan costs about a vector compare per 8 candidates (a scalar loop here
-/// took twice the time of the matrix products).
+/// the current `l`-th distance into one bit mask; after the first lists
+/// almost every block has no candidate that enters. Measured on GloVe-50: 3.2 s
+/// per copy's search against 3.7 s for a plain loop with a branch per
+/// candidate (the compiler emits scalar compares either way; the loop still
+/// costs about as much as the matrix products).
 #[inline]
 fn scan_row(top: &mut TopK, cn: f32, dots: &[f32], norms: &[f32], ids: &[u32]) {
     const BLOCK: usize = 16;

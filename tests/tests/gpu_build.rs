@@ -3,6 +3,8 @@
 //! the same projected coordinates, the sketch against `sketch::encode`.
 //! They skip (saying so) where there is no GPU.
 
+use octex_build::centre_knn::IvfParams;
+use octex_build::ripples::{RippleRule, RippleSpec};
 use octex_build::{gpu_ripples, ripples, sketch};
 use octex_index::table::{lookup, table_capacity};
 use octex_kernels::sort::KeyWord;
@@ -78,6 +80,66 @@ fn map_for(m: usize, mc: usize, copies: usize, spacings: Vec<f32>) -> CopyMap {
         seed: 3,
     };
     CopyMap::random(&vec![0.0; m], &basis, m, mc, 1.0, &params, spacings)
+}
+
+/// A ripple spec with pmin 1 (`lists` 0: the default count).
+fn spec(list_len: usize, rule: RippleRule, lists: usize, probes: usize) -> RippleSpec {
+    RippleSpec {
+        list_len,
+        pmin: 1,
+        rule,
+        ivf: IvfParams {
+            lists,
+            probes,
+            ..Default::default()
+        },
+    }
+}
+
+/// The nearest-to-centre rule on the GPU against the CPU's, on the CPU's own
+/// projection: the same stored fragments and tables; with every list probed
+/// both are exact, so the ripples agree but for float near-ties; with 6 of
+/// ~170 lists probed both are approximate and still agree almost everywhere
+/// (k-means assignments may differ at ties).
+#[test]
+fn gpu_nearest_ripples_match_cpu_nearest_ripples() {
+    let Some(gpu) = gpu_or_skip("gpu_nearest_ripples_match_cpu_nearest_ripples") else {
+        return;
+    };
+    let (n, cd, l) = (30_000usize, 32usize, 16usize);
+    let pcs = clustered(n, cd, 40, 23);
+    let map = map_for(cd, cd, 2, vec![1.5, 2.5, 4.0, 6.0]);
+    for (lists, probes, most_differ) in [(16usize, 16usize, 0.002f64), (0, 6, 0.03)] {
+        let spec = spec(l, RippleRule::Nearest, lists, probes);
+        let mut rippler = gpu_ripples::GpuCopyRipples::new(&gpu, n, cd, &spec).unwrap();
+        for c in 0..map.copies {
+            let rot = ripples::copy_rotation(&map, c);
+            let mut z = vec![0f32; n * cd];
+            octex_lattice::copymap::project_rows(&pcs, cd, &rot, &vec![0.0; cd], &mut z, false);
+            let want = ripples::build_copy(&map, c, &z, &spec);
+            let zd = gpu.upload(&z).unwrap();
+            let got = rippler.copy_to_host(&gpu, &map, c, &zd.slice(..)).unwrap();
+            for (s, (w, g)) in want.iter().zip(&got).enumerate() {
+                let at = format!("lists {lists}, probes {probes}, copy {c}, spacing {s}");
+                assert_eq!(w.keys, g.keys, "{at}: keys");
+                assert_eq!(w.short, g.short, "{at}: short fragments");
+                for (i, &k) in g.keys.iter().enumerate() {
+                    assert_eq!(lookup(&g.slot_keys, &g.slot_ids, k), Some(i as u32));
+                }
+                // Same ids in each ripple, as sets (near-ties may swap order).
+                let mut differ = 0usize;
+                for (a, b) in w.ripples.chunks(l).zip(g.ripples.chunks(l)) {
+                    differ += b.iter().filter(|id| !a.contains(id)).count();
+                }
+                let share = differ as f64 / w.ripples.len() as f64;
+                eprintln!(
+                    "{at}: {} fragments, {share:.5} of ripple ids differ",
+                    g.keys.len()
+                );
+                assert!(share <= most_differ, "{at}: {share} of ripple ids differ");
+            }
+        }
+    }
 }
 
 /// Same projected coordinates in, the same ripples, short and collision counts
@@ -182,13 +244,16 @@ fn gpu_ripples_streamed_equal_resident() {
         device: None,
         m,
     };
-    let a = gpu_ripples::build_all(&gpu, &map, &resident, 12, 1, &pb).unwrap();
-    let b = gpu_ripples::build_all(&gpu, &map, &streamed, 12, 1, &pb).unwrap();
-    assert!(!a.ripples.is_empty());
-    assert_eq!(
-        a, b,
-        "streamed and resident principal coordinates give other tables"
-    );
+    for rule in [RippleRule::Members, RippleRule::Nearest] {
+        let spec = spec(12, rule, 0, 6);
+        let a = gpu_ripples::build_all(&gpu, &map, &resident, &spec, &pb).unwrap();
+        let b = gpu_ripples::build_all(&gpu, &map, &streamed, &spec, &pb).unwrap();
+        assert!(!a.ripples.is_empty());
+        assert_eq!(
+            a, b,
+            "{rule:?}: streamed and resident principal coordinates give other tables"
+        );
+    }
 }
 
 /// Reverse lists from the GPU's radix sort equal the CPU's counting sort, and

@@ -83,7 +83,7 @@ pub struct ProjectedIvf {
     norms: Vec<f32>,
 }
 
-fn sq_norms(rows: &[f32], dim: usize) -> Vec<f32> {
+pub(crate) fn sq_norms(rows: &[f32], dim: usize) -> Vec<f32> {
     rows.chunks_exact(dim)
         .map(|r| r.iter().map(|v| v * v).sum())
         .collect()
@@ -111,7 +111,7 @@ fn dots(left: &[f32], right: &[f32], dim: usize, out: &mut [f32]) {
 /// A counting sort of positions by bucket: `(starts, order)` with bucket `j`
 /// holding `order[starts[j]..starts[j + 1]]`, the positions `i` with
 /// `keys[i] == j` in increasing order.
-fn bucket(keys: &[u32], buckets: usize) -> (Vec<usize>, Vec<u32>) {
+pub(crate) fn bucket(keys: &[u32], buckets: usize) -> (Vec<usize>, Vec<u32>) {
     let mut starts = vec![0usize; buckets + 1];
     for &j in keys {
         starts[j as usize + 1] += 1;
@@ -152,51 +152,77 @@ fn assign(rows: &[f32], dim: usize, centroids: &[f32], centroid_norms: &[f32]) -
     out
 }
 
+/// The rows of `n` that train the k-means of `lists` lists (a seeded sample).
+pub(crate) fn training_rows(n: usize, lists: usize, params: &IvfParams) -> Vec<usize> {
+    sample_rows(n, (lists * params.train_per_list).max(lists), params.seed)
+}
+
+/// Lloyd's k-means on `train` (`rows x dim`): `lists` seeds drawn from the
+/// rows, then [`IvfParams::train_iters`] rounds of `assign` (the nearest
+/// centroid of every training row, given the centroids and their squared
+/// norms) and mean updates; an empty list restarts at a training row. The CPU
+/// and GPU inverted files share it and differ only in `assign`.
+pub(crate) fn lloyd<E, F>(
+    train: &[f32],
+    dim: usize,
+    lists: usize,
+    params: &IvfParams,
+    mut assign: F,
+) -> Result<Vec<f32>, E>
+where
+    F: FnMut(&[f32], &[f32]) -> Result<Vec<u32>, E>,
+{
+    let rows = train.len() / dim;
+    let seeds = sample_rows(rows, lists, params.seed ^ 0x5eed);
+    let mut centroids: Vec<f32> = seeds
+        .iter()
+        .flat_map(|&r| train[r * dim..(r + 1) * dim].iter().copied())
+        .collect();
+    let k = centroids.len() / dim;
+    for round in 0..params.train_iters {
+        let cn = sq_norms(&centroids, dim);
+        let owner = assign(&centroids, &cn)?;
+        let mut sums = vec![0f64; k * dim];
+        let mut counts = vec![0usize; k];
+        for (r, &o) in owner.iter().enumerate() {
+            counts[o as usize] += 1;
+            for (s, &v) in sums[o as usize * dim..(o as usize + 1) * dim]
+                .iter_mut()
+                .zip(&train[r * dim..(r + 1) * dim])
+            {
+                *s += v as f64;
+            }
+        }
+        for j in 0..k {
+            if counts[j] == 0 {
+                // An empty list restarts at a sample row (seeded, round-dependent).
+                let r = (j * 7919 + round * 104_729) % rows;
+                centroids[j * dim..(j + 1) * dim].copy_from_slice(&train[r * dim..(r + 1) * dim]);
+                continue;
+            }
+            for t in 0..dim {
+                centroids[j * dim + t] = (sums[j * dim + t] / counts[j] as f64) as f32;
+            }
+        }
+    }
+    Ok(centroids)
+}
+
 impl ProjectedIvf {
     /// Train the lists on `z` (`n x dim`) and file every row (one thread).
     pub fn build(z: &[f32], dim: usize, params: &IvfParams) -> Self {
         assert!(dim > 0 && z.len() % dim == 0);
         let n = z.len() / dim;
         let k = params.lists_for(n.max(1));
-        // Seeds: k distinct sample rows; then Lloyd rounds on the sample.
-        let sample = sample_rows(n, (k * params.train_per_list).max(k), params.seed);
-        let train: Vec<f32> = sample
+        let train: Vec<f32> = training_rows(n, k, params)
             .iter()
             .flat_map(|&r| z[r * dim..(r + 1) * dim].iter().copied())
             .collect();
-        let seeds = sample_rows(sample.len(), k, params.seed ^ 0x5eed);
-        let mut centroids: Vec<f32> = seeds
-            .iter()
-            .flat_map(|&r| train[r * dim..(r + 1) * dim].iter().copied())
-            .collect();
+        let centroids = lloyd::<std::convert::Infallible, _>(&train, dim, k, params, |c, cn| {
+            Ok(assign(&train, dim, c, cn))
+        })
+        .unwrap_or_else(|e| match e {});
         let k = centroids.len() / dim;
-        for round in 0..params.train_iters {
-            let cn = sq_norms(&centroids, dim);
-            let owner = assign(&train, dim, &centroids, &cn);
-            let mut sums = vec![0f64; k * dim];
-            let mut counts = vec![0usize; k];
-            for (r, &o) in owner.iter().enumerate() {
-                counts[o as usize] += 1;
-                for (s, &v) in sums[o as usize * dim..(o as usize + 1) * dim]
-                    .iter_mut()
-                    .zip(&train[r * dim..(r + 1) * dim])
-                {
-                    *s += v as f64;
-                }
-            }
-            for j in 0..k {
-                if counts[j] == 0 {
-                    // An empty list restarts at a sample row (seeded, round-dependent).
-                    let r = (j * 7919 + round * 104_729) % (train.len() / dim);
-                    centroids[j * dim..(j + 1) * dim]
-                        .copy_from_slice(&train[r * dim..(r + 1) * dim]);
-                    continue;
-                }
-                for t in 0..dim {
-                    centroids[j * dim + t] = (sums[j * dim + t] / counts[j] as f64) as f32;
-                }
-            }
-        }
         let centroid_norms = sq_norms(&centroids, dim);
         let owner = assign(z, dim, &centroids, &centroid_norms);
         let (offsets, ids) = bucket(&owner, k);
@@ -364,34 +390,71 @@ pub fn recall_against_exact(
     found: &[u32],
     l: usize,
 ) -> f64 {
-    let m = centres.len() / dim;
-    let n = z.len() / dim;
-    if m == 0 || l == 0 || n == 0 {
-        return 1.0;
+    ExactLists::new(z, dim, centres, l).recall(found)
+}
+
+/// The exact `l` nearest rows of `z` to each centre, to score several
+/// candidate lists against (see [`recall_against_exact`]).
+pub struct ExactLists<'a> {
+    z: &'a [f32],
+    dim: usize,
+    centres: &'a [f32],
+    l: usize,
+    ids: Vec<u32>,
+    dists: Vec<f32>,
+}
+
+impl<'a> ExactLists<'a> {
+    /// The brute-force k-NN of `centres` (`m x dim`) over `z` (`n x dim`).
+    pub fn new(z: &'a [f32], dim: usize, centres: &'a [f32], l: usize) -> Self {
+        let (m, n) = (centres.len() / dim, z.len() / dim);
+        let (ids, dists) = if m == 0 || l == 0 || n == 0 {
+            (Vec::new(), Vec::new())
+        } else {
+            exact_knn(z, centres, dim, l, KnnMetric::L2, false, &|_| {})
+        };
+        Self {
+            z,
+            dim,
+            centres,
+            l,
+            ids,
+            dists,
+        }
     }
-    let (exact, exact_d) = exact_knn(z, centres, dim, l, KnnMetric::L2, false, &|_| {});
-    let want = l.min(n);
-    let hits: usize = (0..m)
-        .into_par_iter()
-        .map(|i| {
-            let c = &centres[i * dim..(i + 1) * dim];
-            // The bound, with the relative slack of the GEMM's distances.
-            let bound = exact_d[i * l + want - 1] * (1.0 + 1e-4) + 1e-6;
-            let truth = &exact[i * l..i * l + want];
-            found[i * l..(i + 1) * l]
-                .iter()
-                .filter(|&&id| (id as usize) < n)
-                .filter(|&&id| {
-                    truth.contains(&id) || {
-                        let x = &z[id as usize * dim..(id as usize + 1) * dim];
-                        c.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() <= bound
-                    }
-                })
-                .count()
-                .min(want)
-        })
-        .sum();
-    hits as f64 / (want * m) as f64
+
+    /// Share of the exact lists that `found` (`m x l` ids) holds (an id at
+    /// the `l`-th exact distance counts, so ties do not).
+    pub fn recall(&self, found: &[u32]) -> f64 {
+        let (dim, l, z) = (self.dim, self.l, self.z);
+        let m = self.centres.len() / dim;
+        let n = z.len() / dim;
+        if m == 0 || l == 0 || n == 0 {
+            return 1.0;
+        }
+        let want = l.min(n);
+        let hits: usize = (0..m)
+            .into_par_iter()
+            .map(|i| {
+                let c = &self.centres[i * dim..(i + 1) * dim];
+                // The bound, with the relative slack of the GEMM's distances.
+                let bound = self.dists[i * l + want - 1] * (1.0 + 1e-4) + 1e-6;
+                let truth = &self.ids[i * l..i * l + want];
+                found[i * l..(i + 1) * l]
+                    .iter()
+                    .filter(|&&id| (id as usize) < n)
+                    .filter(|&&id| {
+                        truth.contains(&id) || {
+                            let x = &z[id as usize * dim..(id as usize + 1) * dim];
+                            c.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() <= bound
+                        }
+                    })
+                    .count()
+                    .min(want)
+            })
+            .sum();
+        hits as f64 / (want * m) as f64
+    }
 }
 
 #[cfg(test)]

@@ -6,15 +6,20 @@
 //! (`n x m` times the copy's `m x 8b` rotation), then
 //! `octex_kernels::GpuRippleBuilder` keys, sorts (radix, by key, centre
 //! distance and id), cuts, completes and tables the fragments of every
-//! spacing. The ripples equal the CPU builder's for the same projected
-//! coordinates (a GPU test checks it on the CPU's own projection).
+//! spacing. Member ripples equal the CPU builder's for the same projected
+//! coordinates (a GPU test checks it on the CPU's own projection). By the
+//! nearest-to-centre rule ([`RippleSpec::searches`]) each copy also gets an
+//! inverted file in device memory ([`crate::gpu_centre_knn`]) and every stored
+//! fragment's ripple is searched from its centre, as the CPU builder does.
 
 use indicatif::ProgressBar;
-use octex_kernels::cudarc::driver::CudaSlice;
-use octex_kernels::{Gpu, GpuError, GpuRippleBuilder};
+use octex_kernels::cudarc::driver::{CudaSlice, CudaView};
+use octex_kernels::ripples::LevelOut;
+use octex_kernels::{Gpu, GpuError, GpuRippleBuilder, IvfKernels, LevelRipples};
 use octex_lattice::CopyMap;
 
-use crate::ripples::{copy_rotation, FlatRipples};
+use crate::gpu_centre_knn::{GpuProjectedIvf, IvfScratch};
+use crate::ripples::{self, copy_rotation, FlatRipples, RippleSpec};
 use crate::spacing::{self, Probe, SpacingChoice, SpacingTargets};
 use crate::BuildError;
 
@@ -56,25 +61,159 @@ impl<'a> DevicePrincipal<'a> {
     }
 }
 
-/// Whether the GPU ripple builder for `n` vectors fits in free device memory
-/// (with a margin); if not, the build sorts the ripples on the CPU and says so.
-pub fn fits(g: &Gpu, n: usize, list_len: usize, copy_dim: usize) -> Result<bool, BuildError> {
+/// Whether the GPU ripple builder for `n` vectors and `spec` fits in free
+/// device memory (with a margin) and in the kernels' limits; if not, the build
+/// runs the ripples on the CPU and says so.
+pub fn fits(g: &Gpu, n: usize, spec: &RippleSpec, copy_dim: usize) -> Result<bool, BuildError> {
     g.context().bind_to_thread().map_err(GpuError::from)?;
     let (free, _) =
         octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
-    let need = GpuRippleBuilder::device_bytes(n, list_len) + 4 * n * copy_dim;
+    let list_len = spec.list_len;
+    let mut need = GpuRippleBuilder::device_bytes(n, list_len) + 4 * n * copy_dim;
+    if spec.searches() {
+        need += GpuProjectedIvf::bytes(n) + IvfScratch::bytes(n, copy_dim, spec.ivf.probes);
+    }
+    let searchable = !spec.searches()
+        || (spec.ivf.probes <= IvfKernels::MAX_PROBES
+            && list_len <= IvfKernels::MAX_LIST_LEN
+            && copy_dim <= IvfKernels::MAX_DIM);
     let ok = n < GpuRippleBuilder::MAX_VECTORS
         && list_len <= GpuRippleBuilder::MAX_LIST_LEN
+        && searchable
         && (need as f64) < 0.9 * free as f64;
     if !ok {
         tracing::warn!(
             need_gib = need as f64 / (1u64 << 30) as f64,
             free_gib = free as f64 / (1u64 << 30) as f64,
             n,
-            "the GPU ripple builder does not fit (memory, 2^30 vectors or ripples over 1024 ids): ripples are built on the CPU"
+            probes = spec.ivf.probes,
+            "the GPU ripple builder does not fit (memory, 2^30 vectors, ripples over 1024 ids or over {} probes): ripples are built on the CPU",
+            IvfKernels::MAX_PROBES
         );
     }
     Ok(ok)
+}
+
+/// One copy's ripples on the GPU by a [`RippleSpec`]: the sort builder's
+/// stored fragments and key tables, and, by the nearest-to-centre rule, each
+/// stored fragment's ripple searched from its centre in an inverted file over
+/// the copy's projection (overwriting the member ripples before they are
+/// fetched).
+pub struct GpuCopyRipples {
+    spec: RippleSpec,
+    builder: GpuRippleBuilder,
+    ivf_kernels: IvfKernels,
+    scratch: Option<IvfScratch>,
+    /// Seconds in the inverted files (training, filing) and in the searches
+    /// from the centres, counted when profiling.
+    ivf_secs: f64,
+    search_secs: f64,
+    profiling: bool,
+}
+
+impl GpuCopyRipples {
+    /// Buffers for `n` vectors projected to `copy_dim` dimensions.
+    pub fn new(g: &Gpu, n: usize, copy_dim: usize, spec: &RippleSpec) -> Result<Self, BuildError> {
+        let scratch = match spec.searches() {
+            true => Some(IvfScratch::new(g, n, copy_dim, spec.ivf.probes.max(1))?),
+            false => None,
+        };
+        Ok(Self {
+            spec: *spec,
+            builder: GpuRippleBuilder::new(g, n, spec.list_len)?,
+            ivf_kernels: IvfKernels::new(g)?,
+            scratch,
+            ivf_secs: 0.0,
+            search_secs: 0.0,
+            profiling: false,
+        })
+    }
+
+    /// The ripples of copy `c` projected to `z` (`n x copy_dim`, device),
+    /// spacing by spacing (coarsest first) into `sink`.
+    pub fn copy(
+        &mut self,
+        g: &Gpu,
+        map: &CopyMap,
+        c: usize,
+        z: &CudaView<f32>,
+        sink: &mut dyn FnMut(usize, &mut LevelOut) -> Result<(), GpuError>,
+    ) -> Result<(), BuildError> {
+        let cd = map.copy_dim();
+        let shift = g.upload(&map.shifts[c * cd..(c + 1) * cd])?;
+        let ivf = match self.scratch.is_some() {
+            true => {
+                let t = std::time::Instant::now();
+                let ivf = GpuProjectedIvf::build(g, &self.ivf_kernels, z, cd, &self.spec.ivf)?;
+                self.ivf_secs += t.elapsed().as_secs_f64();
+                Some(ivf)
+            }
+            false => None,
+        };
+        let (spec, kernels, scratch) = (&self.spec, &self.ivf_kernels, &mut self.scratch);
+        let (profiling, search_secs) = (self.profiling, &mut self.search_secs);
+        self.builder.build_copy_with(
+            z,
+            map.blocks,
+            &shift,
+            &map.spacings,
+            spec.pmin,
+            &mut |sp, level| {
+                if let (Some(ivf), Some(scratch)) = (&ivf, &mut *scratch) {
+                    if profiling {
+                        g.synchronize()?;
+                    }
+                    let t = std::time::Instant::now();
+                    let stored = level.stored;
+                    kernels.fragment_centres(
+                        g,
+                        z,
+                        map.blocks,
+                        &shift,
+                        map.spacings[sp],
+                        level.members(),
+                        stored,
+                        scratch.centres_mut(),
+                    )?;
+                    let lp = (spec.list_len, spec.ivf.probes);
+                    ivf.nearest(g, kernels, z, scratch, stored, lp, level.ripples_mut())?;
+                    if profiling {
+                        g.synchronize()?;
+                        *search_secs += t.elapsed().as_secs_f64();
+                    }
+                }
+                sink(sp, level)
+            },
+        )?;
+        Ok(())
+    }
+
+    /// [`Self::copy`] fetched to the host, finest spacing first.
+    pub fn copy_to_host(
+        &mut self,
+        g: &Gpu,
+        map: &CopyMap,
+        c: usize,
+        z: &CudaView<f32>,
+    ) -> Result<Vec<LevelRipples>, BuildError> {
+        let mut out = vec![LevelRipples::default(); map.spacings.len()];
+        self.copy(g, map, c, z, &mut |sp, level| {
+            let mut r = LevelRipples {
+                keys: vec![0; level.stored],
+                ripples: vec![0; level.ripple_len()],
+                slot_keys: vec![0; level.capacity],
+                slot_ids: vec![0; level.capacity],
+                short: level.short,
+                collisions: level.collisions,
+            };
+            level.fetch_keys(&mut r.keys)?;
+            level.fetch_ripples(&mut r.ripples)?;
+            level.fetch_table(&mut r.slot_keys, &mut r.slot_ids)?;
+            out[sp] = r;
+            Ok(())
+        })?;
+        Ok(out)
+    }
 }
 
 /// Ripples and key tables of every copy, fetched straight into their place in
@@ -83,14 +222,15 @@ pub fn build_all(
     g: &Gpu,
     map: &CopyMap,
     pcs: &DevicePrincipal,
-    list_len: usize,
-    pmin: usize,
+    spec: &RippleSpec,
     pb: &ProgressBar,
 ) -> Result<FlatRipples, BuildError> {
     let (n, m, cd) = (pcs.rows(), pcs.m, map.copy_dim());
-    let mut builder = GpuRippleBuilder::new(g, n, list_len)?;
+    let list_len = spec.list_len;
+    let mut rippler = GpuCopyRipples::new(g, n, cd, spec)?;
     let profiling = tracing::enabled!(tracing::Level::DEBUG);
-    builder.set_profiling(profiling);
+    rippler.builder.set_profiling(profiling);
+    rippler.profiling = profiling;
     let mut projection_secs = 0.0;
     let mut z = g.zeros::<f32>(n * cd)?;
     let mut staging = match pcs.device {
@@ -102,7 +242,6 @@ pub fn build_all(
     for c in 0..map.copies {
         let t = std::time::Instant::now();
         let rot = g.upload(&copy_rotation(map, c))?;
-        let shift = g.upload(&map.shifts[c * cd..(c + 1) * cd])?;
         for start in (0..n).step_by(STREAM_ROWS) {
             let rows = STREAM_ROWS.min(n - start);
             let src = match (&pcs.device, &mut staging) {
@@ -132,33 +271,70 @@ pub fn build_all(
             g.synchronize()?;
             projection_secs += t.elapsed().as_secs_f64();
         }
-        builder.build_copy_with(
-            &z.slice(..),
-            map.blocks,
-            &shift,
-            &map.spacings,
-            pmin,
-            &mut |sp, level| {
-                let e = flat.append(c * nsp + sp, level.capacity, level.ripple_len(), list_len);
-                let (so, cap) = (e.slot_offset as usize, level.capacity);
-                let rb = e.ripple_base as usize * list_len;
-                level.fetch_table(
-                    &mut flat.table_keys[so..so + cap],
-                    &mut flat.table_slots[so..so + cap],
-                )?;
-                level.fetch_ripples(&mut flat.ripples[rb..rb + level.ripple_len()])?;
-                flat.fragments[sp] += level.stored;
-                flat.short[sp] += level.short;
-                flat.collisions += level.collisions;
-                Ok(())
-            },
-        )?;
+        rippler.copy(g, map, c, &z.slice(..), &mut |sp, level| {
+            let e = flat.append(c * nsp + sp, level.capacity, level.ripple_len(), list_len);
+            let (so, cap) = (e.slot_offset as usize, level.capacity);
+            let rb = e.ripple_base as usize * list_len;
+            level.fetch_table(
+                &mut flat.table_keys[so..so + cap],
+                &mut flat.table_slots[so..so + cap],
+            )?;
+            level.fetch_ripples(&mut flat.ripples[rb..rb + level.ripple_len()])?;
+            flat.fragments[sp] += level.stored;
+            flat.short[sp] += level.short;
+            flat.collisions += level.collisions;
+            Ok(())
+        })?;
         pb.inc(1);
     }
     if profiling {
-        tracing::debug!(projection_secs, steps = ?builder.profile(), "GPU ripples: seconds per step");
+        tracing::debug!(
+            projection_secs,
+            ivf_secs = rippler.ivf_secs,
+            search_secs = rippler.search_secs,
+            steps = ?rippler.builder.profile(),
+            "GPU ripples: seconds per step"
+        );
     }
     Ok(flat)
+}
+
+/// [`ripples::choose_probes`] with the inverted file on the GPU (built over
+/// `z`, copy `copy`'s projection, from the host).
+pub fn choose_probes(
+    g: &Gpu,
+    map: &CopyMap,
+    copy: usize,
+    z: &[f32],
+    spec: &RippleSpec,
+    samples: usize,
+) -> Result<(usize, f64), BuildError> {
+    let cd = map.copy_dim();
+    let l = spec.list_len;
+    let kernels = IvfKernels::new(g)?;
+    let zd = g.upload(z)?;
+    let ivf = GpuProjectedIvf::build(g, &kernels, &zd.slice(..), cd, &spec.ivf)?;
+    let search = |centres: &[f32], probes: usize| -> Result<Vec<u32>, GpuError> {
+        let m = centres.len() / cd;
+        let mut scratch = IvfScratch::with_centres(g, centres, cd, probes)?;
+        let mut out = g.zeros::<u32>(m * l)?;
+        let lp = (l, probes);
+        ivf.nearest(
+            g,
+            &kernels,
+            &zd.slice(..),
+            &mut scratch,
+            m,
+            lp,
+            &mut out.slice_mut(..),
+        )?;
+        let mut found = vec![0u32; m * l];
+        g.download(&out, &mut found)?;
+        Ok(found)
+    };
+    Ok(ripples::choose_probes_with(
+        map, copy, z, spec, samples, search,
+    )?)
 }
 
 /// The int8 sketch rows (`n x w`) on the GPU, for the given scales.

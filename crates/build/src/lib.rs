@@ -24,6 +24,7 @@
 //! scale with `n` and `D` and a size estimate callable before building.
 
 pub mod centre_knn;
+pub mod gpu_centre_knn;
 pub mod gpu_ripples;
 pub mod gpu_rows;
 pub mod knn;
@@ -432,30 +433,27 @@ fn structure(
     // Copy 0's projection, for the probe choice and the check of the ripples.
     let z0 = project_copy(&pcs, &map, 0, None);
     if spec.searches() && p.ripple_probes.is_none() {
-        let (probes, recall) = report.phase("ripple_probes", || {
-            ripples::choose_probes(&map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES)
-        });
+        let (probes, recall) = report.phase("ripple_probes", || match &gpu {
+            Some(g) => gpu_ripples::choose_probes(g, &map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES),
+            None => Ok(ripples::choose_probes(
+                &map,
+                0,
+                &z0,
+                &spec,
+                RIPPLE_RECALL_SAMPLES,
+            )),
+        })?;
         tracing::info!(probes, recall, "inverted-file probes per fragment centre");
         spec.ivf.probes = probes;
     }
     report.ripple_probes = spec.searches().then_some(spec.ivf.probes);
-    // The GPU sort builder writes member ripples; ripples searched around the
-    // centres run on the CPU (all cores, copies in parallel).
     let ripples_on_gpu = match &gpu {
-        Some(_) if spec.searches() => {
-            tracing::warn!(
-                "ripples by the nearest-to-centre rule run on the CPU cores: the GPU \
-                 builder writes member ripples only (RippleRule::Members, \
-                 `--ripple-rule members`, builds them on the GPU)"
-            );
-            false
-        }
-        Some(g) => gpu_ripples::fits(g, n, p.list_len, map.copy_dim())?,
+        Some(g) => gpu_ripples::fits(g, n, &spec, map.copy_dim())?,
         None => false,
     };
     let flat: FlatRipples = report.phase("ripples", || match (&gpu, &device_pcs) {
         (Some(g), Some(dp)) if ripples_on_gpu => {
-            gpu_ripples::build_all(g, &map, dp, p.list_len, p.min_fragment, &pb_ripples)
+            gpu_ripples::build_all(g, &map, dp, &spec, &pb_ripples)
         }
         _ => {
             let per_copy = (0..p.copies)

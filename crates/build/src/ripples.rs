@@ -374,21 +374,41 @@ pub fn choose_probes(
     spec: &RippleSpec,
     samples: usize,
 ) -> (usize, f64) {
+    let ivf = ProjectedIvf::build(z, map.copy_dim(), &spec.ivf);
+    let search = |centres: &[f32], probes| {
+        Ok::<_, std::convert::Infallible>(ivf.nearest(centres, spec.list_len, probes, PAD_ID))
+    };
+    choose_probes_with(map, copy, z, spec, samples, search).unwrap_or_else(|e| match e {})
+}
+
+/// [`choose_probes`] with the inverted-file search given: `search(centres,
+/// probes)` returns the `l` ids found for each centre (the GPU builder passes
+/// its own inverted file).
+pub fn choose_probes_with<E, F>(
+    map: &CopyMap,
+    copy: usize,
+    z: &[f32],
+    spec: &RippleSpec,
+    samples: usize,
+    mut search: F,
+) -> Result<(usize, f64), E>
+where
+    F: FnMut(&[f32], usize) -> Result<Vec<u32>, E>,
+{
     let cd = map.copy_dim();
     // Before the tables exist: every vector's finest fragment (stored when
     // pmin = 1, the default below 2M vectors).
     let (_, centres) = sample_fragments(map, copy, z, samples, spec.ivf.seed, &|_, _| true);
-    let ivf = ProjectedIvf::build(z, cd, &spec.ivf);
+    let exact = crate::centre_knn::ExactLists::new(z, cd, &centres, spec.list_len);
     let mut last = (PROBE_LADDER[PROBE_LADDER.len() - 1], 0.0);
     for &probes in &PROBE_LADDER {
-        let found = ivf.nearest(&centres, spec.list_len, probes, PAD_ID);
-        let r = crate::centre_knn::recall_against_exact(z, cd, &centres, &found, spec.list_len);
+        let r = exact.recall(&search(&centres, probes)?);
         last = (probes, r);
         if r >= PROBE_TARGET_RECALL {
             break;
         }
     }
-    last
+    Ok(last)
 }
 
 /// How close the stored ripples of copy `copy` come to the exact `l` nearest

@@ -48,6 +48,13 @@ pub const EXPANDED_BIT: u32 = 1 << 31;
 /// and local memory).
 pub const MAX_TOPK: u32 = 32;
 
+/// Centroids one block of `nearest_centroids` stages in shared memory at a time.
+pub const IVF_CENTROID_TILE: u32 = 128;
+/// Widest projection the inverted-file kernels take (8 blocks of 8).
+pub const IVF_MAX_DIM: u32 = 64;
+/// Most lists `nearest_centroids` returns per row (probes per centre).
+pub const IVF_MAX_PROBES: u32 = 32;
+
 /// The per-part table of device pointers of one index: every kernel reaches
 /// the index through it, so moving a part (another GPU, host memory) changes
 /// no kernel, only this table.

@@ -16,7 +16,8 @@
 //!   configuration or a raw pointer.
 //! - [`sort`]: prefix sums and a stable radix sort of ids by multi-word keys;
 //!   [`ripples`]: the GPU ripple builder (`GpuRippleBuilder`), the sketch and
-//!   f16 kernels of the builder; [`pinned`]: page-locked buffers and the
+//!   f16 kernels of the builder; [`ivf`]: the inverted-file kernels that
+//!   search each fragment's ripple around its centre; [`pinned`]: page-locked buffers and the
 //!   staged `Fetcher` for large device-to-host copies.
 //! - [`layout`]: the structures the kernels read ([`layout::IndexView`], the
 //!   per-part table of device pointers of an index, and [`layout::BatchView`]),
@@ -27,6 +28,7 @@
 //! `octex-index`, decoded with the very E8 and key code of `octex-lattice`.
 
 pub mod brute;
+pub mod ivf;
 pub mod layout;
 pub mod pinned;
 pub mod ripples;
@@ -35,6 +37,7 @@ pub mod sort;
 pub use brute::GpuBruteForce;
 /// The `cudarc` this crate is built on, for callers that hold device buffers.
 pub use cudarc;
+pub use ivf::IvfKernels;
 pub use pinned::PinnedBuf;
 pub use ripples::{GpuRippleBuilder, LevelRipples};
 pub use sort::GpuSort;

@@ -6,7 +6,9 @@
 //! members of each, complete short fragments from the coarser spacing, and
 //! insert the keys into an open-addressing table.
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, PushKernelArg,
+};
 
 use crate::layout::{RippleLevel, PARENT_CANDIDATES};
 use crate::pinned::Fetcher;
@@ -438,13 +440,16 @@ impl GpuRippleBuilder {
                 unsafe { b.launch(cfg(blocks_for(cap as u64)?, 0)) }?;
             }
             self.stage("table")?;
+            let level_bufs = &mut self.levels[cur];
             let mut level = LevelOut {
                 stored,
                 capacity: cap,
                 short,
                 collisions,
                 keys: self.frag_keys.slice(..stored),
-                ripples: self.levels[cur].ripples.slice(..stored * l),
+                perm: level_bufs.perm.slice(..),
+                frag_start: level_bufs.frag_start.slice(..stored),
+                ripples: level_bufs.ripples.slice_mut(..stored * l),
                 slot_keys: self.slot_keys.slice(..cap),
                 slot_ids: self.slot_ids.slice(..cap),
                 fetcher: &mut self.fetcher,
@@ -506,17 +511,32 @@ pub struct LevelOut<'a> {
     /// Keys dropped for collisions.
     pub collisions: usize,
     keys: CudaView<'a, u64>,
-    ripples: CudaView<'a, u32>,
+    perm: CudaView<'a, u32>,
+    frag_start: CudaView<'a, u32>,
+    ripples: CudaViewMut<'a, u32>,
     slot_keys: CudaView<'a, u64>,
     slot_ids: CudaView<'a, u32>,
     fetcher: &'a mut Fetcher,
     stream: &'a CudaStream,
 }
 
-impl LevelOut<'_> {
+impl<'a> LevelOut<'a> {
     /// Ids in the ripples (`stored x l`).
     pub fn ripple_len(&self) -> usize {
         self.ripples.len()
+    }
+
+    /// Every vector sorted by (key, centre distance, id) at this spacing, and
+    /// each stored fragment's first position in it (`stored` values): the
+    /// first member of fragment `f` is `perm[frag_start[f]]`.
+    pub fn members(&self) -> (&CudaView<'_, u32>, &CudaView<'_, u32>) {
+        (&self.perm, &self.frag_start)
+    }
+
+    /// The ripples in device memory (`stored x l` ids, by ordinal), for a
+    /// caller that replaces them (the nearest-to-centre rule) before fetching.
+    pub fn ripples_mut(&mut self) -> &mut CudaViewMut<'a, u32> {
+        &mut self.ripples
     }
 
     /// The stored fragments' keys (`stored` values).
@@ -526,7 +546,8 @@ impl LevelOut<'_> {
 
     /// The ripples (`stored x l` ids).
     pub fn fetch_ripples(&mut self, dst: &mut [u32]) -> Result<(), GpuError> {
-        self.fetcher.fetch(&self.ripples, dst, self.stream)
+        self.fetcher
+            .fetch(&self.ripples.as_view(), dst, self.stream)
     }
 
     /// The key table's slots (`capacity` keys and ordinals).

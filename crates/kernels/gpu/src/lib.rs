@@ -16,6 +16,9 @@
 //! - [`build`]: the GPU builder's steps (fragment keys of a copy, fragment
 //!   segments and ripples, completion of short fragments, key-table inserts,
 //!   the int8 sketch);
+//! - [`ivf`]: the inverted file that finds each stored fragment's ripple by
+//!   the paper's rule (nearest centroids of many rows, fragment centres, the
+//!   scan of a centre's probed lists);
 //! - [`prims`]: the device primitives they share (warp votes and shuffles,
 //!   shared-memory atomics, 16-byte loads, the block-wide bitonic sort).
 #![no_std]
@@ -42,6 +45,7 @@ mod layout;
 
 mod brute;
 mod build;
+mod ivf;
 mod prims;
 mod search;
 mod sort;

@@ -5,6 +5,8 @@
 # steps named on the command line. Logs and results go to $OUT.
 #
 #   scripts/device-run.sh tests bench:fashion-mnist bench:glove-50 build:glove-50
+#
+# bench runs the cuVS peers (--peers) when the cuVS site was carried.
 set -u
 C=.carry
 D=/tmp/octex
@@ -31,6 +33,13 @@ fi
 if [ ! -f "$D/data/glove-50/base.fvecs" ] && [ -f "$D/data/parts/glove-base.xz.part00" ] && [ -f "$D/data/parts/glove-base.xz.part01" ] && [ -f "$D/data/parts/glove-base.xz.part02" ]; then
   cat "$D"/data/parts/glove-base.xz.part0* | xz -dc > "$D/data/glove-50/base.fvecs"
 fi
+# cuVS for `bench --peers` (../shared/tools/cuvs): site.tar.xz and its env.sh
+# (carried as cuvs-env.sh) unpack to /tmp/site once per warm machine.
+if [ -f "$C/site.tar.xz" ] && [ ! -f /tmp/site/env.sh ]; then
+  tar -xJf "$C/site.tar.xz" -C /tmp && cp "$C/cuvs-env.sh" /tmp/site/env.sh
+fi
+# shellcheck disable=SC1091
+[ -f /tmp/site/env.sh ] && source /tmp/site/env.sh
 ls -la "$D/data"/* "$D/bin" | tee "$OUT/files.log"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.log"
 export OCTEX_DATA="$D/data" OCTEX_LOG=${OCTEX_LOG:-info} OCTEX_REQUIRE_GPU=1
@@ -46,7 +55,9 @@ for step in "$@"; do
       name=${step#bench:}
       idx=()
       [ -f "$D/out/$name/$name.octex" ] && idx=(--index "$D/out/$name/$name.octex")
-      "$D/bin/xtask" bench --data "$name" --backend gpu --out "$D/out/$name" --repeats 3 "${idx[@]}" 2>&1 | tee "$OUT/bench-$name.log"
+      peers=()
+      [ -f /tmp/site/env.sh ] && peers=(--peers)
+      "$D/bin/xtask" bench --data "$name" --backend gpu --out "$D/out/$name" --repeats 3 "${idx[@]}" "${peers[@]}" 2>&1 | tee "$OUT/bench-$name.log"
       cp "$D/out/$name/results-gpu.json" "$OUT/$name-results-gpu.json" 2>/dev/null
       cp "$D/out/$name/pareto-gpu.png" "$OUT/$name-pareto-gpu.png" 2>/dev/null ;;
     build:*)

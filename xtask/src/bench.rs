@@ -22,7 +22,10 @@ pub struct BenchArgs {
     /// A fetched data set's name (glove-50, fashion-mnist) or its folder.
     #[arg(long)]
     pub data: String,
-    /// Also run hnswlib, Faiss HNSW32, Faiss IVF-Flat and Faiss brute force.
+    /// Also run the peers in the same run: hnswlib, Faiss HNSW32, Faiss
+    /// IVF-Flat and Faiss brute force on the CPU; cuVS CAGRA, IVF-Flat, IVF-PQ
+    /// and brute force with `--backend gpu` (needs cuVS in `OCTEX_PEERS_PYTHON`,
+    /// default `python3`).
     #[arg(long)]
     pub peers: bool,
     /// Search this index instead of building one.
@@ -246,6 +249,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             &gt,
             gk,
             args.repeats,
+            args.peers,
             &args.out,
         );
     }

@@ -1,12 +1,14 @@
 //! `cargo xtask bench --backend gpu`: the GPU sweep of one index at batch
 //! 10,000 and batch 100, next to exact brute force on the same GPU (cuBLAS
 //! products + our top-k kernel), the CPU backend on the same index (parity),
-//! phase times from CUDA events and the bytes each query touches. Writes the
-//! same `results.json` and `pareto.png` as the CPU bench.
+//! phase times from CUDA events and the bytes each query touches; with
+//! `--peers`, cuVS CAGRA, IVF-Flat, IVF-PQ and brute force on the same GPU in
+//! the same run (`peers/cuvs_peers.py`), and every ratio from that run.
+//! Writes `results-gpu.json` and `pareto-gpu.png`.
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use octex_index::Metric;
 use octex_kernels::{Gpu, GpuBruteForce};
 use octex_search::{GpuOptions, Index, SearchParams, SearchStats};
@@ -47,28 +49,66 @@ fn grid() -> Vec<SearchParams> {
     g
 }
 
-/// cuVS 26.6 on one H200 of this workplace, batch 10,000, median of 5, as
-/// issue 5 gives them (not measured by this program): (system, recall, QPS).
-fn cuvs_reference(name: &str) -> Vec<(&'static str, f64, f64)> {
-    match name {
-        "glove-50" => vec![
-            ("cuVS CAGRA", 0.95, 2.29e6),
-            ("cuVS CAGRA", 0.99, 0.51e6),
-            ("cuVS CAGRA", 0.995, 0.51e6),
-            ("cuVS IVF-Flat", 0.964, 1.33e6),
-            ("cuVS IVF-Flat", 0.998, 0.35e6),
-            ("cuVS brute force", 1.0, 347e3),
-        ],
-        "fashion-mnist" => vec![
-            ("cuVS CAGRA", 0.95, 2.58e6),
-            ("cuVS CAGRA", 0.99, 2.58e6),
-            ("cuVS CAGRA", 0.995, 1.64e6),
-            ("cuVS IVF-Flat", 0.987, 4.03e6),
-            ("cuVS IVF-Flat", 0.998, 2.33e6),
-            ("cuVS brute force", 1.0, 887e3),
-        ],
-        _ => Vec::new(),
+/// The cuVS peers script (written next to the results and run with
+/// `OCTEX_PEERS_PYTHON`, default `python3`, which must import cuVS).
+const CUVS_PEERS_PY: &str = include_str!("../peers/cuvs_peers.py");
+
+/// cuVS CAGRA, IVF-Flat, IVF-PQ and brute force on the same GPU, in this run:
+/// their search points and build records.
+fn run_cuvs_peers(
+    ds: &Dataset,
+    batch: usize,
+    repeats: usize,
+    out: &std::path::Path,
+) -> Result<(Vec<Value>, Vec<Value>)> {
+    std::fs::create_dir_all(out)?;
+    let script = out.join("cuvs_peers.py");
+    std::fs::write(&script, CUVS_PEERS_PY)?;
+    let py = std::env::var("OCTEX_PEERS_PYTHON").unwrap_or_else(|_| "python3".into());
+    println!("running cuVS peers (CAGRA degree 32/64, IVF-Flat, IVF-PQ + refine, brute force) with {py} ...");
+    let res = std::process::Command::new(&py)
+        .arg(&script)
+        .args(["--base".as_ref(), ds.base().as_os_str()])
+        .args(["--queries".as_ref(), ds.queries().as_os_str()])
+        .args(["--gt".as_ref(), ds.gt().as_os_str()])
+        .args(["--metric", &ds.manifest.metric])
+        .args([
+            "--batch",
+            &batch.to_string(),
+            "--repeats",
+            &repeats.max(3).to_string(),
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {py} {}", script.display()))?;
+    if !res.status.success() {
+        anyhow::bail!(
+            "the cuVS peers failed ({}); see the messages above",
+            res.status
+        );
     }
+    let all: Vec<Value> = String::from_utf8_lossy(&res.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    Ok(all
+        .into_iter()
+        .partition(|v: &Value| v.get("build").is_none()))
+}
+
+/// The point of highest QPS among `points` of systems that `pick` accepts,
+/// at recall `>= target`.
+fn best_at<'a>(points: &'a [Value], target: f64, pick: &dyn Fn(&str) -> bool) -> Option<&'a Value> {
+    points
+        .iter()
+        .filter(|p| pick(p["system"].as_str().unwrap_or("")))
+        .filter(|p| p["recall"].as_f64().unwrap_or(0.0) >= target)
+        .max_by(|a, b| {
+            a["qps"]
+                .as_f64()
+                .unwrap_or(0.0)
+                .total_cmp(&b["qps"].as_f64().unwrap_or(0.0))
+        })
 }
 
 fn recall_of(ids: &[u32], gt: &[i32], gk: usize) -> Result<f64> {
@@ -108,6 +148,7 @@ pub fn run(
     gt: &[i32],
     gk: usize,
     repeats: usize,
+    peers: bool,
     out: &std::path::Path,
 ) -> Result<()> {
     let nq = queries.len() / dim;
@@ -268,43 +309,71 @@ pub fn run(
     );
     points.push(json!({"system": "brute force GPU (ours)", "params": "cuBLAS sgemm + top-k", "recall": bf_recall.unwrap_or(1.0), "qps": batch as f64 / bf_secs}));
 
-    // Summary at the recall targets, next to the cuVS figures of issue 5.
-    let reference = cuvs_reference(&ds.manifest.name);
+    // cuVS in the same run.
+    let mut peer_builds = Vec::new();
+    if peers {
+        // A failed peer run still leaves octex's points and says why.
+        let (peer_points, builds) = run_cuvs_peers(ds, batch, repeats, out).unwrap_or_else(|e| {
+            println!("cuVS peers: {e:#}");
+            (
+                Vec::new(),
+                vec![json!({"build": "cuVS", "params": "failed", "error": format!("{e:#}")})],
+            )
+        });
+        for b in &builds {
+            match b["error"].as_str() {
+                Some(e) => println!("{} failed: {e}", b["build"].as_str().unwrap_or("")),
+                None => println!(
+                    "{} build ({}): {:.1} s",
+                    b["build"].as_str().unwrap_or(""),
+                    b["params"].as_str().unwrap_or(""),
+                    b["build_seconds"].as_f64().unwrap_or(0.0)
+                ),
+            }
+        }
+        for v in &peer_points {
+            println!(
+                "{:<18} {:<40} recall@10 {:.4}  {:>10.0} QPS",
+                v["system"].as_str().unwrap_or(""),
+                v["params"].as_str().unwrap_or(""),
+                v["recall"].as_f64().unwrap_or(0.0),
+                v["qps"].as_f64().unwrap_or(0.0)
+            );
+        }
+        points.extend(peer_points);
+        peer_builds = builds;
+    }
+
+    // Summary at the recall targets: octex against the best cuVS index of this run.
     let mut summary = Vec::new();
     println!("\nbest at recall@10 >= target (batch {batch}, {device}):");
+    let is_octex = |s: &str| s == "octex GPU";
+    let is_cuvs = |s: &str| s.starts_with("cuVS") && !s.contains("brute");
     for target in [0.95, 0.99, 0.995] {
-        let ok: Vec<&Value> = points
+        let best = best_at(&points, target, &is_octex);
+        let peer = best_at(&points, target, &is_cuvs);
+        let lat = points
             .iter()
-            .filter(|p| p["system"] == "octex GPU" && p["recall"].as_f64().unwrap_or(0.0) >= target)
-            .collect();
-        let best = ok.iter().max_by(|a, b| {
-            a["qps"]
-                .as_f64()
-                .unwrap_or(0.0)
-                .total_cmp(&b["qps"].as_f64().unwrap_or(0.0))
-        });
-        let lat = ok
-            .iter()
+            .filter(|p| is_octex(p["system"].as_str().unwrap_or("")))
+            .filter(|p| p["recall"].as_f64().unwrap_or(0.0) >= target)
             .filter_map(|p| p["latency100_device_ms"].as_f64())
             .fold(f64::INFINITY, f64::min);
-        let cuvs = reference
-            .iter()
-            .filter(|(s, r, _)| *r >= target && !s.contains("brute"))
-            .map(|(_, _, q)| *q)
-            .fold(None, |a: Option<f64>, q| Some(a.map_or(q, |a| a.max(q))));
         let qps = best.and_then(|b| b["qps"].as_f64());
-        let ratio = qps.zip(cuvs).map(|(a, b)| a / b);
+        let peer_qps = peer.and_then(|b| b["qps"].as_f64());
+        let ratio = qps.zip(peer_qps).map(|(a, b)| a / b);
         println!(
-            "  {target:.3}: octex GPU {:>10} QPS ({}), batch-100 latency {} ms; best cuVS (issue 5) {:>10}; ratio {}",
+            "  {target:.3}: octex GPU {:>10} QPS ({}), batch-100 latency {} ms; best cuVS {:>10} ({} {}); ratio {}",
             qps.map_or("-".into(), |q| format!("{q:.0}")),
             best.map_or("-".into(), |b| b["params"].to_string()),
             if lat.is_finite() { format!("{lat:.3}") } else { "-".into() },
-            cuvs.map_or("-".into(), |q| format!("{q:.0}")),
+            peer_qps.map_or("-".into(), |q| format!("{q:.0}")),
+            peer.map_or(if peers { "none reaches it" } else { "not run: --peers" }, |b| b["system"].as_str().unwrap_or("")),
+            peer.map_or(String::new(), |b| b["params"].as_str().unwrap_or("").to_string()),
             ratio.map_or("-".into(), |r| format!("{r:.2}x"))
         );
         summary.push(json!({"target": target, "octex_gpu_qps": qps, "params": best.map(|b| b["params"].clone()),
             "latency100_device_ms": if lat.is_finite() { Some(lat) } else { None },
-            "cuvs_best_reference_qps": cuvs, "ratio_vs_cuvs_reference": ratio}));
+            "best_cuvs": peer, "ratio_vs_best_cuvs": ratio}));
     }
     let results = json!({
         "dataset": ds.manifest,
@@ -316,7 +385,7 @@ pub fn run(
         "phases_ms": times,
         "kernel_phases": phase_rows,
         "cpu_gpu_parity": {"params": p, "recall_cpu": rc, "recall_gpu": rg, "shared_top10": same_sets},
-        "cuvs_reference_issue5": reference.iter().map(|(s, r, q)| json!({"system": s, "recall": r, "qps": q})).collect::<Vec<_>>(),
+        "peer_builds": peer_builds,
         "summary": summary,
     });
     std::fs::create_dir_all(out)?;

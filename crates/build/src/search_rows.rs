@@ -121,7 +121,7 @@ pub fn rows_by_search(
         waves: 0,
         rerank,
     };
-    let (ids, dists) = forward_lists(&mut searcher(&first, gpu)?, x, dim, k, &p1, pb)?;
+    let (ids, dists) = one_pass(&first, gpu, x, dim, k, &p1, pb)?;
     drop(first);
     parts.rows = assemble(&ids, &dists, k, shape);
     let second = octex_search::Index::new(Index::from_parts(parts.clone())?);
@@ -131,6 +131,31 @@ pub fn rows_by_search(
         waves: PASS2_WAVES,
         rerank,
     };
-    let (ids, dists) = forward_lists(&mut searcher(&second, gpu)?, x, dim, k, &p2, pb)?;
+    let (ids, dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
     Ok(assemble(&ids, &dists, k, shape))
+}
+
+/// One pass of forward lists, on the GPU when `gpu` and the GPU takes the
+/// search (its shared memory bounds a query's plan: at C = 256 copies the
+/// first round of pass 1 does not fit), else on the CPU cores, with a warning.
+fn one_pass(
+    index: &octex_search::Index,
+    gpu: bool,
+    x: &[f32],
+    dim: usize,
+    k: usize,
+    p: &SearchParams,
+    pb: &ProgressBar,
+) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
+    let start = pb.position();
+    if gpu {
+        match searcher(index, true).and_then(|mut s| forward_lists(&mut s, x, dim, k, p, pb)) {
+            Ok(found) => return Ok(found),
+            Err(e) => {
+                tracing::warn!("GPU row search refused ({e}); this pass runs on the CPU cores");
+                pb.set_position(start);
+            }
+        }
+    }
+    forward_lists(&mut RowSearcher::Cpu(index), x, dim, k, p, pb)
 }

@@ -291,10 +291,12 @@ fn bad_input_gives_typed_errors() {
         index.search_one(&nan, 10, &p),
         Err(SearchError::NotFinite { .. })
     ));
-    assert!(matches!(
-        index.search(q, 33, &p),
-        Err(SearchError::KAboveRerank { k: 33, rerank: 32 })
-    ));
+    // k above the rerank depth reranks k, the same as asking for R = k.
+    let wide = index.search(q, 33, &p).unwrap();
+    assert_eq!(wide.k, 33);
+    let asked = SearchParams { rerank: 33, ..p };
+    assert_eq!(wide.ids, index.search(q, 33, &asked).unwrap().ids);
+    assert_eq!(index.search_one(q, 33, &p).unwrap().0, wide.ids);
     let deep = SearchParams { rerank: 5_000, ..p };
     assert!(matches!(
         index.search(q, 1_501, &deep),

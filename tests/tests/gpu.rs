@@ -179,6 +179,15 @@ fn cpu_and_gpu_agree() {
     let (prof, times) = g.search_profiled(&queries, 10, &p).unwrap();
     assert_eq!(prof.ids, g.search(&queries, 10, &p).unwrap().ids);
     assert!(times.search_ms > 0.0);
+    // k above R reranks k on both backends, as if R = k had been asked.
+    let (wide_gpu, wide_cpu) = (
+        g.search(&queries, 40, &p).unwrap(),
+        index.search(&queries, 40, &p).unwrap(),
+    );
+    let asked = SearchParams { rerank: 40, ..p };
+    assert_eq!(wide_gpu.ids, g.search(&queries, 40, &asked).unwrap().ids);
+    let shared = recall(&wide_gpu.ids, &wide_cpu.ids, 40);
+    assert!(shared > 0.95, "k = 40 > R: {shared} of the ids agree");
 }
 
 /// Queries far from all data find no stored fragment: the GPU takes the entry

@@ -469,6 +469,7 @@ impl GpuSearcher<'_> {
             index.dim()
         };
         let nq = index.check(queries, k, p, qdim)?;
+        let p = &p.for_k(k);
         let mut ids = vec![0u32; nq * k];
         let mut dists = vec![0f32; nq * k];
         if times.is_none() {

@@ -51,8 +51,22 @@ pub struct SearchParams {
     pub start_points: usize,
     /// `W`: waves (dependent steps after the first round).
     pub waves: usize,
-    /// `R`: entries reranked by exact distance (`k <= R`).
+    /// `R`: entries reranked by exact distance. A search for more than `R`
+    /// neighbours reranks `k` ([`SearchParams::for_k`]).
     pub rerank: usize,
+}
+
+impl SearchParams {
+    /// The parameters a search for `k` neighbours runs with: the rerank depth
+    /// raised to `k` when it is smaller (`R' = max(R, k)`), so `k = 100` works
+    /// at the default `R = 32`, as a Faiss or cuVS user expects. Both backends
+    /// search with what this returns; nothing else changes.
+    pub fn for_k(&self, k: usize) -> SearchParams {
+        SearchParams {
+            rerank: self.rerank.max(k),
+            ..*self
+        }
+    }
 }
 
 impl Default for SearchParams {
@@ -87,8 +101,6 @@ pub enum SearchError {
     },
     #[error("query {query} has zero norm: cosine distance is undefined")]
     ZeroQuery { query: usize },
-    #[error("k = {k} exceeds the rerank depth R = {rerank}: raise R or lower k")]
-    KAboveRerank { k: usize, rerank: usize },
     #[error("k = {k} exceeds the {n} vectors in the index")]
     KAboveCount { k: usize, n: usize },
     #[error("invalid search parameters: {0}")]
@@ -211,12 +223,6 @@ impl Index {
         }
         if k > self.len() {
             return Err(SearchError::KAboveCount { k, n: self.len() });
-        }
-        if k > p.rerank {
-            return Err(SearchError::KAboveRerank {
-                k,
-                rerank: p.rerank,
-            });
         }
         // On all cores for large batches; small ones (latency) stay on this
         // thread, where waking the pool would cost more than the scan.
@@ -380,6 +386,7 @@ impl Index {
             self.dim()
         };
         let nq = self.check(queries, k, p, qdim)?;
+        let p = &p.for_k(k);
         let sdim = self.raw.dim();
         let width = self.engine.map.width();
         let w = self.engine.w;
@@ -495,6 +502,7 @@ impl Searcher<'_> {
             });
         }
         ix.check(query, k, &self.params, ix.dim())?;
+        let p = self.params.for_k(k);
         ix.prepare(query, &mut self.stored, &mut self.norms, false)?;
         self.z.resize(ix.engine.map.width(), 0.0);
         ix.engine
@@ -509,7 +517,7 @@ impl Searcher<'_> {
             &self.qs,
             &self.stored,
             k,
-            &self.params,
+            &p,
             &mut self.scratch,
             &mut ids,
             &mut d,

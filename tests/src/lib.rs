@@ -67,7 +67,6 @@ pub fn recall(found: &[u32], truth: &[u32], k: usize) -> f64 {
 pub fn test_params() -> octex_build::BuildParams {
     octex_build::BuildParams {
         copies: Some(16),
-        progress: false,
         ..Default::default()
     }
 }

@@ -237,7 +237,7 @@ fn gpu_ripples_streamed_equal_resident() {
     let (n, m) = (12_000usize, 48usize);
     let pcs = clustered(n, m, 30, 8);
     let map = map_for(m, 32, 3, vec![1.0, 1.5, 2.2]);
-    let pb = indicatif::ProgressBar::hidden();
+    let pb = octex_build::progress::Stage::hidden();
     let resident = gpu_ripples::DevicePrincipal::new(&gpu, &pcs, m).unwrap();
     let streamed = gpu_ripples::DevicePrincipal {
         host: &pcs,
@@ -265,7 +265,7 @@ fn gpu_rows_chunked_and_reverse_lists_match() {
     };
     let (n, d, k) = (140_000usize, 24usize, 16usize);
     let x = clustered(n, d, 200, 13);
-    let pb = indicatif::ProgressBar::hidden();
+    let pb = octex_build::progress::Stage::hidden();
     let (ids, dists) = octex_build::gpu_rows::exact_knn(&gpu, &x, d, k, &pb).unwrap();
     // Three chunks of 65,536 rows.
     let (ci, cd) = octex_build::gpu_rows::exact_knn_chunked(&gpu, &x, d, k, &pb, 1).unwrap();

@@ -221,7 +221,13 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             let (base, bdim) = data::read_vectors(&ds.base())?;
             let params = args.build.params(args.backend)?;
             let t = Instant::now();
-            let built = octex_build::build(&base, bdim, metric, &params)?;
+            let built = octex_build::build_with_progress(
+                &base,
+                bdim,
+                metric,
+                &params,
+                &crate::progress::Bars::default(),
+            )?;
             let secs = t.elapsed().as_secs_f64();
             print_report(&built.report, base.len() / bdim);
             built.index.save(&index_path)?;

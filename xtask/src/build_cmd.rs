@@ -179,7 +179,13 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         SizeEstimate::estimate(&resolved, resolved.max_spacings, None)
     );
     let t = Instant::now();
-    let built = octex_build::build(&base, dim, metric, &params)?;
+    let built = octex_build::build_with_progress(
+        &base,
+        dim,
+        metric,
+        &params,
+        &crate::progress::Bars::default(),
+    )?;
     let wall = t.elapsed().as_secs_f64();
     print_report(&built.report, n);
     println!("backend: {}", built.report.backend);

@@ -30,7 +30,13 @@ pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
         ..Default::default()
     };
     let t = Instant::now();
-    let built = octex_build::build(&base, dim, metric, &params)?;
+    let built = octex_build::build_with_progress(
+        &base,
+        dim,
+        metric,
+        &params,
+        &crate::progress::Bars::default(),
+    )?;
     let build_secs = t.elapsed().as_secs_f64();
     crate::build_cmd::print_report(&built.report, n);
     let path = root.join(format!("{name}.octex"));

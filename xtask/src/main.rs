@@ -14,6 +14,7 @@ mod demo;
 mod fetch;
 mod gpu_bench;
 mod plot;
+mod progress;
 mod search_cmd;
 mod synth;
 

@@ -12,13 +12,13 @@
 //! inverted file in device memory ([`crate::gpu_centre_knn`]) and every stored
 //! fragment's ripple is searched from its centre, as the CPU builder does.
 
-use indicatif::ProgressBar;
 use octex_kernels::cudarc::driver::{CudaSlice, CudaView};
 use octex_kernels::ripples::LevelOut;
 use octex_kernels::{Gpu, GpuError, GpuRippleBuilder, IvfKernels, LevelRipples};
 use octex_lattice::CopyMap;
 
 use crate::gpu_centre_knn::{GpuProjectedIvf, IvfScratch};
+use crate::progress::Stage;
 use crate::ripples::{self, copy_rotation, FlatRipples, RippleSpec};
 use crate::spacing::{self, Probe, SpacingChoice, SpacingTargets};
 use crate::BuildError;
@@ -40,9 +40,7 @@ impl<'a> DevicePrincipal<'a> {
     /// Upload `host` (`n x m`) when it fits in [`RESIDENT_SHARE`] of free memory.
     pub fn new(g: &Gpu, host: &'a [f32], m: usize) -> Result<Self, BuildError> {
         let bytes = std::mem::size_of_val(host) as f64;
-        g.context().bind_to_thread().map_err(GpuError::from)?;
-        let (free, _) =
-            octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
+        let (free, _) = g.memory_info()?;
         let device = if bytes <= RESIDENT_SHARE * free as f64 {
             Some(g.upload(host)?)
         } else {
@@ -65,9 +63,7 @@ impl<'a> DevicePrincipal<'a> {
 /// device memory (with a margin) and in the kernels' limits; if not, the build
 /// runs the ripples on the CPU and says so.
 pub fn fits(g: &Gpu, n: usize, spec: &RippleSpec, copy_dim: usize) -> Result<bool, BuildError> {
-    g.context().bind_to_thread().map_err(GpuError::from)?;
-    let (free, _) =
-        octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
+    let (free, _) = g.memory_info()?;
     let list_len = spec.list_len;
     let mut need = GpuRippleBuilder::device_bytes(n, list_len) + 4 * n * copy_dim;
     if spec.searches() {
@@ -223,7 +219,7 @@ pub fn build_all(
     map: &CopyMap,
     pcs: &DevicePrincipal,
     spec: &RippleSpec,
-    pb: &ProgressBar,
+    pb: &Stage,
 ) -> Result<FlatRipples, BuildError> {
     let (n, m, cd) = (pcs.rows(), pcs.m, map.copy_dim());
     let list_len = spec.list_len;

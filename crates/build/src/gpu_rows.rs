@@ -8,7 +8,6 @@
 //! than [`BASE_SHARE`] of free device memory goes over in chunks. Reverse
 //! entries come from one radix sort of (target, distance) pairs.
 
-use indicatif::ProgressBar;
 use octex_index::PAD_ID;
 use octex_kernels::layout::MAX_TOPK;
 use octex_kernels::pinned::Fetcher;
@@ -17,6 +16,7 @@ use octex_kernels::{driver_available, Gpu, GpuBruteForce, GpuError, GpuSort};
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
 
+use crate::progress::Stage;
 use crate::rows::{self, ReverseLists};
 use crate::{BuildBackend, BuildError};
 
@@ -108,11 +108,9 @@ pub fn exact_knn(
     x: &[f32],
     d: usize,
     k: usize,
-    pb: &ProgressBar,
+    pb: &Stage,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
-    g.context().bind_to_thread().map_err(GpuError::from)?;
-    let (free, _) =
-        octex_kernels::cudarc::driver::result::mem_get_info().map_err(GpuError::from)?;
+    let (free, _) = g.memory_info()?;
     exact_knn_chunked(g, x, d, k, pb, (BASE_SHARE * free as f64) as usize)
 }
 
@@ -123,7 +121,7 @@ pub fn exact_knn_chunked(
     x: &[f32],
     d: usize,
     k: usize,
-    pb: &ProgressBar,
+    pb: &Stage,
     base_bytes: usize,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let n = x.len() / d;
@@ -144,7 +142,7 @@ pub fn exact_knn_chunked(
             "exact rows: the base streams to the GPU in chunks"
         );
     }
-    pb.set_length((n * chunks) as u64);
+    pb.restart((n * chunks) as u64, 0);
     let mut ids = vec![PAD_ID; n * k];
     let mut dists = vec![f32::INFINITY; n * k];
     for c0 in (0..n).step_by(chunk_rows) {

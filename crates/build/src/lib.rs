@@ -11,7 +11,8 @@
 //!    data ([`spacing`]);
 //! 4. fragment ripples of every copy ([`ripples`]): the stored fragments by
 //!    sorting, each one's ripple the `l` vectors nearest to its centre, found
-//!    through an inverted file over the copy's projection ([`centre_knn`]);
+//!    through an inverted file over the copy's projection ([`centre_knn`];
+//!    on the GPU [`gpu_centre_knn`]);
 //! 5. the int8 sketch ([`sketch`]);
 //! 6. neighbour rows: exact k-NN ([`knn`]) with reverse entries ([`rows`]);
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
@@ -21,7 +22,9 @@
 //!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
-//! scale with `n` and `D` and a size estimate callable before building.
+//! scale with `n` and `D` and a size estimate callable before building. Long
+//! stages report through [`Progress`] ([`build_with_progress`]); the library
+//! draws nothing itself.
 
 pub mod centre_knn;
 pub mod gpu_centre_knn;
@@ -30,6 +33,7 @@ pub mod gpu_rows;
 pub mod knn;
 pub mod params;
 pub mod pca;
+pub mod progress;
 pub mod ripples;
 pub mod rows;
 pub mod search_rows;
@@ -39,7 +43,6 @@ pub mod spacing;
 use std::borrow::Cow;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use octex_index::{Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, VectorDtype};
 use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
@@ -47,6 +50,8 @@ use serde::Serialize;
 
 use gpu_rows::open_gpu;
 pub use params::{BuildBackend, BuildParams, ResolvedParams, RippleRule, RowMethod, SizeEstimate};
+use progress::Stage;
+pub use progress::{NoProgress, Progress};
 use ripples::FlatRipples;
 
 /// Why a build refused its input.
@@ -120,21 +125,6 @@ impl BuildReport {
     }
 }
 
-fn bar(len: usize, msg: &'static str, enabled: bool) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::new(len as u64);
-    b.set_style(
-        ProgressStyle::with_template(
-            "{msg:>14} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b.set_message(msg);
-    b
-}
-
 /// Check and prepare the vectors for `metric`: finite, normalised (cosine) or
 /// augmented (inner product). Returns the stored vectors, their dimension and,
 /// for inner product, the largest norm.
@@ -198,12 +188,24 @@ pub struct Built {
     pub report: BuildReport,
 }
 
-/// Build an index over `data` (`n x dim`, row-major).
+/// Build an index over `data` (`n x dim`, row-major), reporting no progress.
 pub fn build(
     data: &[f32],
     dim: usize,
     metric: Metric,
     params: &BuildParams,
+) -> Result<Built, BuildError> {
+    build_with_progress(data, dim, metric, params, &NoProgress)
+}
+
+/// [`build`], reporting the long stages to `progress` (`cargo xtask` draws
+/// them as bars).
+pub fn build_with_progress(
+    data: &[f32],
+    dim: usize,
+    metric: Metric,
+    params: &BuildParams,
+    progress: &dyn Progress,
 ) -> Result<Built, BuildError> {
     let mut report = BuildReport::default();
     let (stored, sdim, max_norm) = report.phase("prepare", || prepare(data, dim, metric))?;
@@ -248,7 +250,7 @@ pub fn build(
         reverse_source: p.reverse_source,
     };
     let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
-    let pb = bar(n, "neighbour rows", params.progress);
+    let pb = Stage::new(progress, "neighbour rows", n as u64);
     let (parts, map, choice) = std::thread::scope(|scope| -> Result<_, BuildError> {
         let gpu_rows_job = match (&gpu, exact_rows) {
             (Some(g), true) => {
@@ -269,9 +271,9 @@ pub fn build(
             metric,
             max_norm,
             &p,
-            params,
             gpu.is_some(),
             &mut report,
+            progress,
         )?;
         let mut parts = parts;
         parts.rows = match gpu_rows_job {
@@ -299,7 +301,7 @@ pub fn build(
                 search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb, gpu.is_some())
             })?,
         };
-        pb.finish_and_clear();
+        pb.finish();
         Ok((parts, map, choice))
     })?;
     let index = report.phase("finish", || Index::from_parts(parts))?;
@@ -323,9 +325,9 @@ fn structure(
     metric: Metric,
     max_norm: f32,
     p: &ResolvedParams,
-    params: &BuildParams,
     on_gpu: bool,
     report: &mut BuildReport,
+    progress: &dyn Progress,
 ) -> Result<(IndexParts, CopyMap, spacing::SpacingChoice), BuildError> {
     let n = x.len() / sdim;
     // A context of its own (own stream and cuBLAS handle, exact f32 products),
@@ -413,7 +415,7 @@ fn structure(
     let nsp = map.spacings.len();
 
     // Fragment ripples, copy by copy.
-    let pb_ripples = bar(p.copies, "ripples", params.progress);
+    let pb_ripples = Stage::new(progress, "ripples", p.copies as u64);
     let device_pcs = match &gpu {
         Some(g) => Some(report.phase("principal_upload", || {
             gpu_ripples::DevicePrincipal::new(g, &pcs, m)
@@ -468,7 +470,7 @@ fn structure(
             Ok(FlatRipples::from_copies(per_copy, p.list_len))
         }
     })?;
-    pb_ripples.finish_and_clear();
+    pb_ripples.finish();
     report.ripple_recall = report.phase("ripple_recall", || {
         ripples::stored_ripple_recall(&map, 0, &z0, &flat, p.list_len, RIPPLE_RECALL_SAMPLES)
     });

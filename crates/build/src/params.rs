@@ -100,8 +100,6 @@ pub struct BuildParams {
     pub pca_sample: usize,
     /// Seed of every random choice. Default fixed, so builds are reproducible.
     pub seed: u64,
-    /// Show progress bars (on a terminal). Default true.
-    pub progress: bool,
 }
 
 impl Default for BuildParams {
@@ -129,7 +127,6 @@ impl Default for BuildParams {
             vector_dtype: VectorDtype::F16,
             pca_sample: 100_000,
             seed: 0x0c7e_5eed,
-            progress: true,
         }
     }
 }

@@ -12,10 +12,10 @@
 //! CPU's: the backends agree id for id), on all of the base at 8,192 queries a
 //! launch.
 
-use indicatif::ProgressBar;
 use octex_index::{Index, IndexParts, PAD_ID};
 use octex_search::SearchParams;
 
+use crate::progress::Stage;
 use crate::rows::{assemble, RowShape};
 use crate::BuildError;
 
@@ -52,7 +52,7 @@ fn forward_lists(
     dim: usize,
     k: usize,
     p: &SearchParams,
-    pb: &ProgressBar,
+    pb: &Stage,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let n = x.len() / dim;
     let mut ids = Vec::with_capacity(n * k);
@@ -104,7 +104,7 @@ pub fn rows_by_search(
     x: &[f32],
     dim: usize,
     shape: RowShape,
-    pb: &ProgressBar,
+    pb: &Stage,
     gpu: bool,
 ) -> Result<Vec<u32>, BuildError> {
     let n = x.len() / dim;
@@ -112,7 +112,7 @@ pub fn rows_by_search(
     let k = lt.min(n.saturating_sub(1)).max(1);
     let list_len = parts.header.list_len as usize;
     let rerank = (2 * lt).max(k + 1).min(n);
-    pb.set_length(2 * n as u64);
+    pb.restart(2 * n as u64, 0);
     parts.rows = vec![PAD_ID; n * lt];
     let first = octex_search::Index::new(Index::from_parts(parts.clone())?);
     let p1 = SearchParams {
@@ -145,7 +145,7 @@ fn one_pass(
     dim: usize,
     k: usize,
     p: &SearchParams,
-    pb: &ProgressBar,
+    pb: &Stage,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let start = pb.position();
     if gpu {
@@ -153,7 +153,7 @@ fn one_pass(
             Ok(found) => return Ok(found),
             Err(e) => {
                 tracing::warn!("GPU row search refused ({e}); this pass runs on the CPU cores");
-                pb.set_position(start);
+                pb.restart(pb.total(), start);
             }
         }
     }

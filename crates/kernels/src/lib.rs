@@ -239,6 +239,12 @@ impl Gpu {
         format!("{name} ({mem:.0} GiB)")
     }
 
+    /// Free and total device memory in bytes, as the driver reports them now.
+    pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
+        self.ctx.bind_to_thread()?;
+        Ok(cudarc::driver::result::mem_get_info()?)
+    }
+
     /// Most dynamic shared memory one block may take.
     pub fn max_shared_memory(&self) -> usize {
         self.max_smem

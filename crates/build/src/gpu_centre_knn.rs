@@ -3,7 +3,7 @@
 //! vectors nearest to its centre (the paper's ripple, section 3.3).
 //!
 //! The same algorithm as the CPU's [`crate::centre_knn::ProjectedIvf`]:
-//! the same training sample and Lloyd rounds ([`crate::centre_knn::lloyd`],
+//! the same training sample and Lloyd rounds (`centre_knn::lloyd`,
 //! with the assignment on the GPU), every row filed in its nearest list, each
 //! centre probing its nearest `probes` lists. The scan differs in shape only:
 //! one thread block per centre walks its probed lists (`ivf_scan`) where the
@@ -136,7 +136,7 @@ impl GpuProjectedIvf {
     }
 
     /// The `l` rows of `z` nearest to each of the `count` centres already in
-    /// `scratch` (see [`Self::centres_mut`]), probing `probes` lists each,
+    /// `scratch` (see [`IvfScratch::centres_mut`]), probing `probes` lists each,
     /// into `out` (`count x l`, nearest first, `PAD_ID` past what was found).
     #[allow(clippy::too_many_arguments)]
     pub fn nearest(

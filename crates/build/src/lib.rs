@@ -18,7 +18,10 @@
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
 //!
 //! With a GPU, the exact rows start at once on a thread of their own and run
-//! beside steps 2-5 and 7 (on a second context of the same device).
+//! beside steps 2-5 and 7 (on a second context of the same device). The GPU
+//! phases are the `gpu` cargo feature (on by default); without it no CUDA
+//! crate is compiled, the phases are stand-ins that are never reached
+//! (`no_gpu.rs`) and `BuildBackend::Gpu` is an error.
 //!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
@@ -27,9 +30,16 @@
 //! draws nothing itself.
 
 pub mod centre_knn;
+#[cfg(feature = "gpu")]
 pub mod gpu_centre_knn;
+#[cfg(feature = "gpu")]
 pub mod gpu_ripples;
+#[cfg(feature = "gpu")]
 pub mod gpu_rows;
+#[cfg(not(feature = "gpu"))]
+mod no_gpu;
+#[cfg(not(feature = "gpu"))]
+use no_gpu::{gpu_ripples, gpu_rows};
 pub mod knn;
 pub mod params;
 pub mod pca;
@@ -49,6 +59,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use gpu_rows::open_gpu;
+#[cfg(not(feature = "gpu"))]
+use no_gpu::Gpu as Device;
+#[cfg(feature = "gpu")]
+use octex_kernels::Gpu as Device;
 pub use params::{BuildBackend, BuildParams, ResolvedParams, RippleRule, RowMethod, SizeEstimate};
 use progress::Stage;
 pub use progress::{NoProgress, Progress};
@@ -74,6 +88,7 @@ pub enum BuildError {
     #[error(transparent)]
     Index(#[from] IndexError),
     #[error("GPU build: {0}")]
+    #[cfg(feature = "gpu")]
     Gpu(#[from] octex_kernels::GpuError),
 }
 
@@ -333,7 +348,7 @@ fn structure(
     // A context of its own (own stream and cuBLAS handle, exact f32 products),
     // beside the rows thread's TF32 products on the caller's.
     let gpu = match on_gpu {
-        true => Some(report.phase("gpu_open", || octex_kernels::Gpu::open(0))?),
+        true => Some(report.phase("gpu_open", || Device::open(0))?),
         false => None,
     };
     // PCA: the copies draw from the top-64 subspace, the sketch needs the top w.
@@ -497,6 +512,8 @@ fn structure(
         };
         Ok::<_, BuildError>((scales, rows))
     })?;
+    // Frees the device copy (without the `gpu` feature there is none).
+    #[allow(clippy::drop_non_drop)]
     drop(device_pcs);
     drop(pcs);
 

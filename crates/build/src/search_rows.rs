@@ -29,6 +29,7 @@ const CHUNK: usize = 16_384;
 /// Who runs the row searches.
 enum RowSearcher<'a> {
     Cpu(&'a octex_search::Index),
+    #[cfg(feature = "gpu")]
     Gpu(Box<octex_search::GpuSearcher<'a>>),
 }
 
@@ -41,6 +42,7 @@ impl RowSearcher<'_> {
     ) -> Result<octex_search::SearchResults, octex_search::SearchError> {
         match self {
             RowSearcher::Cpu(ix) => ix.search_stored(q, k, p),
+            #[cfg(feature = "gpu")]
             RowSearcher::Gpu(g) => g.search_stored(q, k, p),
         }
     }
@@ -87,14 +89,21 @@ fn searcher(index: &octex_search::Index, gpu: bool) -> Result<RowSearcher<'_>, B
     if !gpu {
         return Ok(RowSearcher::Cpu(index));
     }
-    let opts = octex_search::GpuOptions {
-        device: 0,
-        max_batch: 8_192,
-    };
-    index
-        .gpu(&opts)
-        .map(|g| RowSearcher::Gpu(Box::new(g)))
-        .map_err(|e| BuildError::Param(format!("GPU row search: {e}")))
+    #[cfg(feature = "gpu")]
+    {
+        let opts = octex_search::GpuOptions {
+            device: 0,
+            max_batch: 8_192,
+        };
+        index
+            .gpu(&opts)
+            .map(|g| RowSearcher::Gpu(Box::new(g)))
+            .map_err(|e| BuildError::Param(format!("GPU row search: {e}")))
+    }
+    #[cfg(not(feature = "gpu"))]
+    Err(BuildError::Param(
+        "GPU row search: octex-build was compiled without its `gpu` feature".into(),
+    ))
 }
 
 /// Rows for `parts` (whose rows are ignored) over stored vectors `x`, the

@@ -10,9 +10,11 @@
 //! `rayon`, AVX2 sketch distances with runtime detection, per-thread scratch
 //! reused across queries) and one CUDA GPU ([`Index::gpu`], module [`gpu`]:
 //! the index in device memory, one CUDA graph per batch shape running cuBLAS
-//! projections and the `wave_search` kernel of `octex-kernels`). Place in the pipeline: after
-//! `octex-build`; depends on `octex-index` (the layout) and `octex-lattice` (the
-//! decoders).
+//! projections and the `wave_search` kernel of `octex-kernels`). The GPU
+//! backend is the `gpu` cargo feature (on by default); with
+//! `default-features = false` no CUDA crate is compiled. Place in the
+//! pipeline: after `octex-build`; depends on `octex-index` (the layout) and
+//! `octex-lattice` (the decoders).
 //!
 //! ```no_run
 //! use octex_search::{Index, SearchParams};
@@ -27,6 +29,7 @@
 //! ```
 
 mod engine;
+#[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod simd;
 mod visited;
@@ -38,6 +41,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 pub use engine::SearchStats;
+#[cfg(feature = "gpu")]
 pub use gpu::{GpuError, GpuOptions, GpuPhaseTimes, GpuSearcher};
 pub use octex_index::Index as RawIndex;
 
@@ -107,6 +111,7 @@ pub enum SearchError {
     Params(String),
     #[error(transparent)]
     Index(#[from] IndexError),
+    #[cfg(feature = "gpu")]
     #[error("GPU backend: {0}")]
     Gpu(#[from] GpuError),
 }
@@ -304,6 +309,7 @@ impl Index {
     /// [`Index::prepare_rows`] on all cores for large batches (the GPU
     /// pipeline writes straight into page-locked memory with it); returns the
     /// queries' squared norms.
+    #[cfg(feature = "gpu")]
     fn prepare_parallel(
         &self,
         queries: &[f32],

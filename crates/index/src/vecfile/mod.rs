@@ -7,15 +7,22 @@
 //! converted. Opening validates the whole structure (every record's dimension,
 //! the size against the header); conversion to `f32` rejects NaN and infinities.
 //! Every error names the file and the problem. Writers are atomic.
+//!
+//! This file holds the shared types, the format sniffing and the readers;
+//! `texmex.rs` and `npy.rs` validate and write their own formats.
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-use crate::atomic::write_atomically;
+mod npy;
+mod texmex;
+
+pub use npy::{write_npy, NpyData};
+pub use texmex::{write_bvecs, write_fvecs, write_ivecs};
 
 /// Element type of a vector file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,15 +40,6 @@ impl Dtype {
             Dtype::F32 | Dtype::I32 => 4,
             Dtype::F16 => 2,
             Dtype::U8 | Dtype::I8 => 1,
-        }
-    }
-    fn npy_descr(self) -> &'static str {
-        match self {
-            Dtype::F32 => "<f4",
-            Dtype::F16 => "<f2",
-            Dtype::U8 => "|u1",
-            Dtype::I8 => "|i1",
-            Dtype::I32 => "<i4",
         }
     }
 }
@@ -167,145 +165,6 @@ impl VectorFile {
             rows,
             dim,
         })
-    }
-
-    fn scan_texmex(
-        path: &Path,
-        bytes: &[u8],
-        dtype: Dtype,
-    ) -> Result<(Layout, Dtype, usize, usize)> {
-        if bytes.is_empty() {
-            return Ok((Layout::Texmex, dtype, 0, 0));
-        }
-        if bytes.len() < 4 {
-            return Err(malformed(
-                path,
-                format!(
-                    "truncated: {} bytes, less than one record header",
-                    bytes.len()
-                ),
-            ));
-        }
-        let d = i32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
-        if d <= 0 || d > 1 << 20 {
-            return Err(malformed(path, format!("record 0 declares dimension {d}")));
-        }
-        let dim = d as usize;
-        let rec = 4 + dim * dtype.size();
-        if bytes.len() % rec != 0 {
-            return Err(malformed(
-                path,
-                format!("truncated record: {} bytes is not a multiple of the record size {rec} (dimension {dim})", bytes.len()),
-            ));
-        }
-        let rows = bytes.len() / rec;
-        for r in 0..rows {
-            let h = i32::from_le_bytes(bytes[r * rec..r * rec + 4].try_into().expect("4 bytes"));
-            if h != d {
-                return Err(malformed(path, format!("dimension changes mid-file: record {r} declares {h}, record 0 declared {d}")));
-            }
-        }
-        Ok((Layout::Texmex, dtype, rows, dim))
-    }
-
-    fn scan_npy(path: &Path, bytes: &[u8]) -> Result<(Layout, Dtype, usize, usize)> {
-        if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-            return Err(malformed(path, "not an .npy file (bad magic)"));
-        }
-        let major = bytes[6];
-        let (hlen, hstart) = match major {
-            1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-            2 | 3 => {
-                if bytes.len() < 12 {
-                    return Err(malformed(path, "truncated .npy header"));
-                }
-                (
-                    u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize,
-                    12,
-                )
-            }
-            v => return Err(malformed(path, format!("unsupported .npy version {v}"))),
-        };
-        let data_offset = hstart + hlen;
-        if bytes.len() < data_offset {
-            return Err(malformed(path, "truncated .npy header"));
-        }
-        let header = std::str::from_utf8(&bytes[hstart..data_offset])
-            .map_err(|_| malformed(path, "npy header is not text"))?;
-        let field = |name: &str| -> Option<&str> {
-            let at = header.find(&format!("'{name}'"))?;
-            let rest = &header[at + name.len() + 2..];
-            let colon = rest.find(':')?;
-            Some(rest[colon + 1..].trim_start())
-        };
-        let descr = field("descr").ok_or_else(|| malformed(path, "npy header has no 'descr'"))?;
-        let descr = descr.trim_start_matches('\'');
-        let descr = &descr[..descr.find('\'').unwrap_or(descr.len())];
-        let dtype = match descr {
-            "<f4" => Dtype::F32,
-            "<f2" => Dtype::F16,
-            "|u1" | "<u1" => Dtype::U8,
-            "|i1" | "<i1" => Dtype::I8,
-            "<i4" => Dtype::I32,
-            other => {
-                return Err(malformed(
-                    path,
-                    format!("unsupported dtype '{other}' (supported: <f4, <f2, |u1, |i1, <i4)"),
-                ))
-            }
-        };
-        let fortran = field("fortran_order")
-            .ok_or_else(|| malformed(path, "npy header has no 'fortran_order'"))?;
-        let fortran = fortran.starts_with("True");
-        let shape = field("shape").ok_or_else(|| malformed(path, "npy header has no 'shape'"))?;
-        let close = shape
-            .find(')')
-            .ok_or_else(|| malformed(path, "bad 'shape'"))?;
-        let dims: Vec<usize> = shape[1..close]
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<usize>()
-                    .map_err(|_| malformed(path, format!("bad shape entry '{s}'")))
-            })
-            .collect::<Result<_>>()?;
-        let (rows, dim) = match dims.as_slice() {
-            [n] => (*n, 1),
-            [n, d] => (*n, *d),
-            other => {
-                return Err(malformed(
-                    path,
-                    format!("expected a 1-d or 2-d array, found shape {other:?}"),
-                ))
-            }
-        };
-        let need = rows
-            .checked_mul(dim)
-            .and_then(|v| v.checked_mul(dtype.size()))
-            .ok_or_else(|| malformed(path, "shape overflows"))?;
-        let have = bytes.len() - data_offset;
-        if have < need {
-            return Err(malformed(path, format!("truncated: header promises {need} data bytes ({rows} x {dim} {dtype}), file holds {have}")));
-        }
-        if have > need {
-            return Err(malformed(
-                path,
-                format!(
-                    "{} trailing bytes after {rows} x {dim} {dtype}",
-                    have - need
-                ),
-            ));
-        }
-        Ok((
-            Layout::Npy {
-                data_offset,
-                fortran,
-            },
-            dtype,
-            rows,
-            dim,
-        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -484,103 +343,6 @@ fn element_f32(dtype: Dtype, bytes: &[u8]) -> f32 {
         Dtype::I8 => bytes[0] as i8 as f32,
         Dtype::I32 => unreachable!("i32 files are rejected before conversion to f32"),
     }
-}
-
-fn write_texmex<T: Copy>(
-    path: &Path,
-    data: &[T],
-    dim: usize,
-    to_bytes: impl Fn(T, &mut Vec<u8>),
-) -> Result<()> {
-    if dim == 0 || data.len() % dim != 0 {
-        return Err(malformed(
-            path,
-            format!(
-                "cannot write {} values as rows of dimension {dim}",
-                data.len()
-            ),
-        ));
-    }
-    write_atomically(path, |w| {
-        let mut buf = Vec::with_capacity(4 + dim * 4);
-        for row in data.chunks_exact(dim) {
-            buf.clear();
-            buf.extend_from_slice(&(dim as i32).to_le_bytes());
-            row.iter().for_each(|&v| to_bytes(v, &mut buf));
-            w.write_all(&buf)?;
-        }
-        Ok(())
-    })
-    .map_err(|source| VectorFileError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Write `f32` rows as `.fvecs`.
-pub fn write_fvecs(path: &Path, data: &[f32], dim: usize) -> Result<()> {
-    write_texmex(path, data, dim, |v, b| {
-        b.extend_from_slice(&v.to_le_bytes())
-    })
-}
-
-/// Write `i32` rows as `.ivecs`.
-pub fn write_ivecs(path: &Path, data: &[i32], dim: usize) -> Result<()> {
-    write_texmex(path, data, dim, |v, b| {
-        b.extend_from_slice(&v.to_le_bytes())
-    })
-}
-
-/// Write `u8` rows as `.bvecs`.
-pub fn write_bvecs(path: &Path, data: &[u8], dim: usize) -> Result<()> {
-    write_texmex(path, data, dim, |v, b| b.push(v))
-}
-
-/// Typed data for [`write_npy`].
-pub enum NpyData<'a> {
-    F32(&'a [f32]),
-    F16(&'a [half::f16]),
-    U8(&'a [u8]),
-    I8(&'a [i8]),
-    I32(&'a [i32]),
-}
-
-/// Write a 2-d C-order `.npy` (format 1.0).
-pub fn write_npy(path: &Path, data: NpyData<'_>, dim: usize) -> Result<()> {
-    let (dtype, len, bytes): (Dtype, usize, &[u8]) = match data {
-        NpyData::F32(d) => (Dtype::F32, d.len(), bytemuck::cast_slice(d)),
-        NpyData::F16(d) => (Dtype::F16, d.len(), bytemuck::cast_slice(d)),
-        NpyData::U8(d) => (Dtype::U8, d.len(), d),
-        NpyData::I8(d) => (Dtype::I8, d.len(), bytemuck::cast_slice(d)),
-        NpyData::I32(d) => (Dtype::I32, d.len(), bytemuck::cast_slice(d)),
-    };
-    if dim == 0 || len % dim != 0 {
-        return Err(malformed(
-            path,
-            format!("cannot write {len} values as rows of dimension {dim}"),
-        ));
-    }
-    let mut header = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': ({}, {}), }}",
-        dtype.npy_descr(),
-        len / dim,
-        dim
-    );
-    // Pad so that magic + version + length + header + newline is a multiple of 64.
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    write_atomically(path, |w| {
-        w.write_all(b"\x93NUMPY\x01\x00")?;
-        w.write_all(&(header.len() as u16).to_le_bytes())?;
-        w.write_all(header.as_bytes())?;
-        w.write_all(bytes)
-    })
-    .map_err(|source| VectorFileError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 #[cfg(test)]

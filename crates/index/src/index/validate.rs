@@ -1,0 +1,238 @@
+//! Validation of an index's bytes before any view of them is handed out:
+//! header, section table, checksums, and every id and table bound.
+
+use super::*;
+
+impl Index {
+    pub(super) fn validate(
+        storage: Storage,
+        origin: String,
+        opts: LoadOptions,
+    ) -> Result<Self, IndexError> {
+        let w = || origin.clone();
+        let bytes = storage.bytes();
+        let truncated = |problem: String| IndexError::Truncated {
+            where_: w(),
+            problem,
+        };
+        let invalid = |problem: String| IndexError::Invalid {
+            where_: w(),
+            problem,
+        };
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            if bytes.len() < 8 && MAGIC.starts_with(bytes) {
+                return Err(truncated(format!("{} bytes", bytes.len())));
+            }
+            return Err(IndexError::NotAnIndex(w()));
+        }
+        if bytes.len() < PREAMBLE_LEN {
+            return Err(truncated(format!(
+                "{} bytes, shorter than the preamble",
+                bytes.len()
+            )));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != FORMAT_VERSION {
+            return Err(IndexError::Version {
+                where_: w(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
+        if hlen > MAX_HEADER_LEN {
+            return Err(invalid(format!("header length {hlen} is implausible")));
+        }
+        if bytes.len() < PREAMBLE_LEN + hlen {
+            return Err(truncated(format!(
+                "header needs {} bytes, file has {}",
+                PREAMBLE_LEN + hlen,
+                bytes.len()
+            )));
+        }
+        let hsum = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+        let hbytes = &bytes[PREAMBLE_LEN..PREAMBLE_LEN + hlen];
+        if xxh3_64(hbytes) != hsum {
+            return Err(IndexError::Checksum {
+                where_: w(),
+                part: "header".into(),
+            });
+        }
+        let (header, _): (IndexHeader, usize) =
+            bincode::serde::decode_from_slice(hbytes, bincode_config())
+                .map_err(|e| invalid(format!("header does not decode: {e}")))?;
+
+        // Sections: present once each, in order, aligned, inside the file.
+        if header.sections.len() != SectionKind::ALL.len() {
+            return Err(invalid(format!(
+                "{} sections, expected {}",
+                header.sections.len(),
+                SectionKind::ALL.len()
+            )));
+        }
+        let mut ranges: [Range<usize>; SectionKind::ALL.len()] = Default::default();
+        let mut prev_end = PREAMBLE_LEN + hlen;
+        for (i, (entry, kind)) in header.sections.iter().zip(SectionKind::ALL).enumerate() {
+            if entry.kind != kind {
+                return Err(invalid(format!(
+                    "section {i} is {:?}, expected {kind:?}",
+                    entry.kind
+                )));
+            }
+            let start = entry.offset as usize;
+            let end = start
+                .checked_add(entry.len as usize)
+                .ok_or_else(|| invalid(format!("{kind:?} overflows")))?;
+            if start % SECTION_ALIGN != 0 || start < prev_end {
+                return Err(invalid(format!("{kind:?} at offset {start} is misplaced")));
+            }
+            if end > bytes.len() {
+                return Err(truncated(format!(
+                    "{kind:?} ends at byte {end}, file has {}",
+                    bytes.len()
+                )));
+            }
+            if opts.verify_checksums && xxh3_64(&bytes[start..end]) != entry.checksum {
+                return Err(IndexError::Checksum {
+                    where_: w(),
+                    part: format!("{kind:?}"),
+                });
+            }
+            ranges[i] = start..end;
+            prev_end = end;
+        }
+
+        // Sizes implied by the header.
+        let h = &header;
+        let n = h.n as usize;
+        let dim = h.dim as usize;
+        let width = h.width();
+        let sw = h.sketch_width as usize;
+        let m = h.basis_dim as usize;
+        let mc = h.rotation_dim as usize;
+        if m == 0 || m > dim || mc < 8 * h.blocks as usize || mc > m {
+            return Err(invalid(format!("basis of {m} and rotation of {mc} directions do not fit dimension {dim} and {} blocks", h.blocks)));
+        }
+        if n == 0
+            || dim == 0
+            || h.copies == 0
+            || h.blocks == 0
+            || h.spacings == 0
+            || h.list_len == 0
+            || sw == 0
+            || h.row_len == 0
+        {
+            return Err(invalid("a count in the header is zero".into()));
+        }
+        if n >= PAD_ID as usize {
+            return Err(invalid(format!("{n} vectors exceed the u32 id space")));
+        }
+        let vsize = match h.vector_dtype {
+            VectorDtype::F16 => 2,
+            VectorDtype::F32 => 4,
+        };
+        let tables_n = h.copies as usize * h.spacings as usize;
+        let expect =
+            |kind: SectionKind, elems: Option<usize>, esize: usize| -> Result<usize, IndexError> {
+                let len = ranges[kind as usize].len();
+                match elems {
+                    Some(e) if e.checked_mul(esize) == Some(len) => Ok(e),
+                    Some(e) => Err(invalid(format!(
+                        "{kind:?} holds {len} bytes, expected {}",
+                        e.saturating_mul(esize)
+                    ))),
+                    None if len % esize == 0 => Ok(len / esize),
+                    None => Err(invalid(format!(
+                        "{kind:?} holds {len} bytes, not a multiple of {esize}"
+                    ))),
+                }
+            };
+        use SectionKind::*;
+        expect(Mean, Some(dim), 4)?;
+        expect(Basis, dim.checked_mul(m), 4)?;
+        expect(BasisBias, Some(m), 4)?;
+        expect(Rotation, mc.checked_mul(width), 4)?;
+        expect(Shifts, Some(width), 4)?;
+        expect(Spacings, Some(h.spacings as usize), 4)?;
+        expect(SketchScales, Some(sw), 4)?;
+        expect(Sketch, n.checked_mul(sw), 1)?;
+        expect(Rows, n.checked_mul(h.row_len as usize), 4)?;
+        expect(Tables, Some(tables_n), std::mem::size_of::<TableEntry>())?;
+        let slots = expect(TableKeys, None, 8)?;
+        expect(TableSlots, Some(slots), 4)?;
+        let ripple_ids = expect(Ripples, None, 4)?;
+        if ripple_ids % h.list_len as usize != 0 {
+            return Err(invalid("ripples are not whole lists".into()));
+        }
+        let fragments = ripple_ids / h.list_len as usize;
+        expect(Vectors, n.checked_mul(dim), vsize)?;
+
+        let index = Self {
+            storage,
+            header,
+            ranges,
+            origin,
+        };
+        // Values every search trusts: finite floats, ids in range, tables in bounds.
+        let finite = |kind: SectionKind, v: &[f32]| -> Result<(), IndexError> {
+            if v.iter().all(|x| x.is_finite()) {
+                Ok(())
+            } else {
+                Err(index.invalid(format!("{kind:?} holds a non-finite value")))
+            }
+        };
+        finite(Mean, index.mean())?;
+        finite(Basis, index.basis())?;
+        finite(BasisBias, index.basis_bias())?;
+        finite(Rotation, index.rotation())?;
+        finite(Shifts, index.shifts())?;
+        finite(SketchScales, index.sketch_scales())?;
+        if !index.spacings().windows(2).all(|p| p[0] < p[1])
+            || index
+                .spacings()
+                .iter()
+                .any(|&s| !(s > 0.0 && s.is_finite()))
+        {
+            return Err(index.invalid("spacings must be positive and ascending".into()));
+        }
+        let ids_ok = |v: &[u32]| {
+            v.par_chunks(1 << 20)
+                .all(|c| c.iter().all(|&id| (id as usize) < n || id == PAD_ID))
+        };
+        if !ids_ok(index.rows()) {
+            return Err(index.invalid("a neighbour row holds an id out of range".into()));
+        }
+        if !ids_ok(index.ripples()) {
+            return Err(index.invalid("a ripple holds an id out of range".into()));
+        }
+        for (t, e) in index.tables().iter().enumerate() {
+            let cap = e.capacity as usize;
+            let ok = (cap == 0 || cap.is_power_of_two())
+                && (e.slot_offset as usize)
+                    .checked_add(cap)
+                    .is_some_and(|end| end <= slots)
+                && (e.ripple_base as usize)
+                    .checked_add(e.fragments as usize)
+                    .is_some_and(|end| end <= fragments)
+                && (e.fragments as usize) * 2 <= cap;
+            if !ok {
+                return Err(index.invalid(format!("key table {t} is out of bounds")));
+            }
+            let ids = &index.table_slots()[e.slot_offset as usize..e.slot_offset as usize + cap];
+            if ids
+                .iter()
+                .any(|&s| s != u32::MAX && s as u64 >= e.fragments)
+            {
+                return Err(index.invalid(format!("key table {t} names a fragment out of range")));
+            }
+        }
+        Ok(index)
+    }
+
+    pub(super) fn invalid(&self, problem: String) -> IndexError {
+        IndexError::Invalid {
+            where_: self.origin.clone(),
+            problem,
+        }
+    }
+}

@@ -16,9 +16,9 @@
 use octex_index::{Index, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
 
+use crate::plan::SearchPlan;
 use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
-use crate::SearchParams;
 
 #[derive(Clone, Copy, Debug)]
 struct Cand {
@@ -117,9 +117,10 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub fn new(engine: &Engine, p: &SearchParams, n: usize) -> Self {
-        let max_entries = engine.map.copies * p.read_depth.min(engine.list_len)
-            + p.waves * p.start_points * engine.row_len;
+    /// Buffers for searches of `plan`'s shape over `n` vectors (they grow if
+    /// a later plan reads more).
+    pub fn new(engine: &Engine, plan: &SearchPlan, n: usize) -> Self {
+        let max_entries = plan.max_entries;
         Self {
             visited: VisitedSet::new(n, max_entries),
             fresh: Vec::with_capacity(max_entries),
@@ -222,8 +223,8 @@ impl Engine {
 
     /// Search one query. `z` is its projection into all copies, `qs` its sketch
     /// coordinates, `q` the stored-space query (normalised or augmented).
-    /// Writes `k` ids and exact squared L2 distances (in the stored space),
-    /// padded with `PAD_ID` / infinity when fewer were found.
+    /// Writes `plan.k` ids and exact squared L2 distances (in the stored
+    /// space), padded with `PAD_ID` / infinity when fewer were found.
     #[allow(clippy::too_many_arguments)]
     pub fn search_one(
         &self,
@@ -231,20 +232,15 @@ impl Engine {
         z: &[f32],
         qs: &[f32],
         q: &[f32],
-        k: usize,
-        p: &SearchParams,
+        plan: &SearchPlan,
         s: &mut Scratch,
         out_ids: &mut [u32],
         out_d: &mut [f32],
     ) {
         let cd = self.map.copy_dim();
         let nsp = self.map.spacings.len();
-        let r = p.read_depth.min(self.list_len);
-        let m = p
-            .rerank
-            .max(p.start_points * p.waves)
-            .max(p.start_points)
-            .max(k);
+        let p = &plan.params;
+        let (r, m, k) = (plan.read_depth, plan.keep, plan.k);
         let scales = index.sketch_scales();
         s.visited.clear();
         s.best.clear();

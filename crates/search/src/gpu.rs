@@ -28,7 +28,7 @@ use octex_kernels::layout::{
 pub use octex_kernels::GpuError;
 use octex_kernels::{device_address, DeviceBatchView, DeviceIndexView, Gpu};
 
-use crate::{Index, SearchError, SearchParams, SearchResults, SearchStats};
+use crate::{Index, SearchError, SearchParams, SearchPlan, SearchResults, SearchStats};
 
 mod pipeline;
 use pipeline::Slot;
@@ -277,13 +277,13 @@ fn batch_view(
     ix: &IndexView,
     b: &BatchBuffers,
     nq: usize,
-    k: usize,
-    p: &SearchParams,
+    plan: &SearchPlan,
     s: &Gpu,
 ) -> BatchView {
-    let r = p.read_depth.min(ix.list_len as usize) as u32;
+    let (p, k) = (&plan.params, plan.k);
+    let r = plan.read_depth as u32;
     let (sp, w, lt) = (p.start_points as u32, p.waves as u32, ix.row_len);
-    let keep = (p.rerank as u32).max(sp * w).max(sp).max(k as u32);
+    let keep = plan.keep as u32;
     let first = ix.copies * r + ix.n_seeds;
     let buf_len = first.max(keep + sp * lt).next_power_of_two();
     let entries = first + w * sp * lt;
@@ -327,15 +327,31 @@ impl GpuSearcher<'_> {
 
     /// Shared memory one query's block needs with these parameters.
     pub fn shared_memory_per_query(&self, k: usize, p: &SearchParams) -> usize {
+        let plan = SearchPlan::new(self.index.raw.header(), p, k);
         let v = batch_view(
             &self.dev.view.view,
             &self.slots[0].buffers,
             1,
-            k,
-            p,
+            &plan,
             &self.gpu,
         );
         SearchSmem::new(&self.dev.view.view, &v).total as usize
+    }
+
+    /// The shared memory `view`'s blocks need, or why the device cannot give
+    /// it (`p`: the parameters, for the message).
+    fn shared_memory(&self, view: &BatchView, p: &SearchParams) -> Result<usize, SearchError> {
+        let smem = SearchSmem::new(&self.dev.view.view, view).total as usize;
+        if smem > self.gpu.max_shared_memory() {
+            return Err(SearchError::Params(format!(
+                "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
+                p.start_points,
+                p.waves,
+                p.read_depth,
+                self.gpu.max_shared_memory()
+            )));
+        }
+        Ok(smem)
     }
 
     /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query:
@@ -469,12 +485,12 @@ impl GpuSearcher<'_> {
             index.dim()
         };
         let nq = index.check(queries, k, p, qdim)?;
-        let p = &p.for_k(k);
+        let plan = SearchPlan::new(index.raw.header(), p, k);
         let mut ids = vec![0u32; nq * k];
         let mut dists = vec![0f32; nq * k];
         if times.is_none() {
             let stats =
-                self.search_pipelined(queries, nq, k, p, &mut ids, &mut dists, stored_space)?;
+                self.search_pipelined(queries, nq, &plan, &mut ids, &mut dists, stored_space)?;
             return Ok(SearchResults {
                 k,
                 ids,
@@ -498,7 +514,7 @@ impl GpuSearcher<'_> {
                 &mut ids[start * k..(start + n) * k],
                 &mut dists[start * k..(start + n) * k],
             );
-            let st = self.run_batch(&stored[..n * sdim], n, k, p, bi, bd, times.as_deref_mut())?;
+            let st = self.run_batch(&stored[..n * sdim], n, &plan, bi, bd, times.as_deref_mut())?;
             for (i, d) in bd.chunks_exact_mut(k).enumerate() {
                 for v in d.iter_mut().filter(|_| !stored_space) {
                     *v = index.report_distance(*v, norms[i]);
@@ -521,12 +537,12 @@ impl GpuSearcher<'_> {
         &mut self,
         stored: &[f32],
         nq: usize,
-        k: usize,
-        p: &SearchParams,
+        plan: &SearchPlan,
         out_ids: &mut [u32],
         out_dists: &mut [f32],
         times: Option<&mut GpuPhaseTimes>,
     ) -> Result<SearchStats, SearchError> {
+        let (k, p) = (plan.k, &plan.params);
         self.ensure_k(k)?;
         self.last_slot = 0;
         self.slots[0].view_on_device = None;
@@ -536,21 +552,11 @@ impl GpuSearcher<'_> {
                 &self.dev.view.view,
                 &self.slots[0].buffers,
                 nq,
-                k,
-                p,
+                plan,
                 &self.gpu,
             )
         };
-        let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
-        if smem > self.gpu.max_shared_memory() {
-            return Err(SearchError::Params(format!(
-                "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
-                p.start_points,
-                p.waves,
-                p.read_depth,
-                self.gpu.max_shared_memory()
-            )));
-        }
+        self.shared_memory(&view, p)?;
         let st = self.gpu.stream().clone();
         let ev = |g: &Gpu| {
             g.context()

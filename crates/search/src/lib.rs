@@ -31,6 +31,7 @@
 mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+mod plan;
 pub mod simd;
 mod visited;
 
@@ -44,6 +45,7 @@ pub use engine::SearchStats;
 #[cfg(feature = "gpu")]
 pub use gpu::{GpuError, GpuOptions, GpuPhaseTimes, GpuSearcher};
 pub use octex_index::Index as RawIndex;
+pub use plan::SearchPlan;
 
 /// Search parameters (the paper's `r`, `S`, `W`, `R`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -392,7 +394,7 @@ impl Index {
             self.dim()
         };
         let nq = self.check(queries, k, p, qdim)?;
-        let p = &p.for_k(k);
+        let plan = SearchPlan::new(self.raw.header(), p, k);
         let sdim = self.raw.dim();
         let width = self.engine.map.width();
         let w = self.engine.w;
@@ -405,7 +407,7 @@ impl Index {
             .map_init(
                 || {
                     (
-                        engine::Scratch::new(&self.engine, p, self.len()),
+                        engine::Scratch::new(&self.engine, &plan, self.len()),
                         Vec::new(),
                         Vec::new(),
                         Vec::new(),
@@ -432,8 +434,7 @@ impl Index {
                             &z[i * width..(i + 1) * width],
                             &qs[i * w..(i + 1) * w],
                             &stored[i * sdim..(i + 1) * sdim],
-                            k,
-                            p,
+                            &plan,
                             scratch,
                             &mut id_out[i * k..(i + 1) * k],
                             &mut d_out[i * k..(i + 1) * k],
@@ -476,7 +477,11 @@ impl Index {
         Searcher {
             index: self,
             params: *p,
-            scratch: engine::Scratch::new(&self.engine, p, self.len()),
+            scratch: engine::Scratch::new(
+                &self.engine,
+                &SearchPlan::new(self.raw.header(), p, 1),
+                self.len(),
+            ),
             stored: Vec::new(),
             norms: Vec::new(),
             pcs: Vec::new(),
@@ -508,7 +513,7 @@ impl Searcher<'_> {
             });
         }
         ix.check(query, k, &self.params, ix.dim())?;
-        let p = self.params.for_k(k);
+        let plan = SearchPlan::new(ix.raw.header(), &self.params, k);
         ix.prepare(query, &mut self.stored, &mut self.norms, false)?;
         self.z.resize(ix.engine.map.width(), 0.0);
         ix.engine
@@ -522,8 +527,7 @@ impl Searcher<'_> {
             &self.z,
             &self.qs,
             &self.stored,
-            k,
-            &p,
+            &plan,
             &mut self.scratch,
             &mut ids,
             &mut d,

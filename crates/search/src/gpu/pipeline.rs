@@ -8,10 +8,10 @@ use cudarc::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
 use super::{batch_view, capture, BatchBuffers, GpuSearcher, MAX_GRAPHS};
-use crate::{SearchError, SearchParams, SearchStats};
+use crate::{SearchError, SearchPlan, SearchStats};
 use octex_kernels::layout::{
-    BatchView, SearchSmem, STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES,
-    STAT_FIRST_ROUND_ENTRIES, STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES, STAT_SLOTS,
+    BatchView, STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES,
+    STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES, STAT_SLOTS,
 };
 
 /// One pipeline slot.
@@ -97,12 +97,12 @@ impl GpuSearcher<'_> {
         &mut self,
         queries: &[f32],
         nq: usize,
-        k: usize,
-        p: &SearchParams,
+        plan: &SearchPlan,
         ids: &mut [u32],
         dists: &mut [f32],
         stored_space: bool,
     ) -> Result<SearchStats, SearchError> {
+        let k = plan.k;
         let index = self.index;
         let sdim = index.raw.dim();
         let qdim = if stored_space { sdim } else { index.dim() };
@@ -122,18 +122,11 @@ impl GpuSearcher<'_> {
                         &self.dev.view.view,
                         &self.slots[s].buffers,
                         n,
-                        k,
-                        p,
+                        plan,
                         &self.gpu,
                     )
                 };
-                let smem = SearchSmem::new(&self.dev.view.view, &view).total as usize;
-                if smem > self.gpu.max_shared_memory() {
-                    return Err(SearchError::Params(format!(
-                        "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
-                        p.start_points, p.waves, p.read_depth, self.gpu.max_shared_memory()
-                    )));
-                }
+                self.shared_memory(&view, &plan.params)?;
                 // Stored-space queries straight into page-locked memory, on all
                 // cores (host preparation bounds the end-to-end rate of wide
                 // queries: 31 MB per batch of Fashion-MNIST).

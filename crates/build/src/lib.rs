@@ -87,6 +87,13 @@ pub enum BuildError {
     Param(String),
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// The build's own search (neighbour rows by search) refused or failed.
+    #[error("{stage}: {source}")]
+    Search {
+        stage: &'static str,
+        #[source]
+        source: octex_search::SearchError,
+    },
     #[error("GPU build: {0}")]
     #[cfg(feature = "gpu")]
     Gpu(#[from] octex_kernels::GpuError),

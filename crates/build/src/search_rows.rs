@@ -63,7 +63,10 @@ fn forward_lists(
         // k + 1 results: the vector itself is (almost always) among them.
         let res = searcher
             .search_stored(chunk, (k + 1).min(n), p)
-            .map_err(|e| BuildError::Param(format!("row search failed: {e}")))?;
+            .map_err(|source| BuildError::Search {
+                stage: "row search",
+                source,
+            })?;
         for q in 0..res.len() {
             let self_id = (c * CHUNK + q) as u32;
             let mut taken = 0;
@@ -98,7 +101,10 @@ fn searcher(index: &octex_search::Index, gpu: bool) -> Result<RowSearcher<'_>, B
         index
             .gpu(&opts)
             .map(|g| RowSearcher::Gpu(Box::new(g)))
-            .map_err(|e| BuildError::Param(format!("GPU row search: {e}")))
+            .map_err(|source| BuildError::Search {
+                stage: "GPU row search",
+                source,
+            })
     }
     #[cfg(not(feature = "gpu"))]
     Err(BuildError::Param(

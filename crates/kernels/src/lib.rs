@@ -475,9 +475,14 @@ pub struct DeviceIndexView {
 }
 
 impl DeviceIndexView {
-    /// Upload `view`. The caller keeps the buffers it points to alive as long as
-    /// this value.
-    pub fn new(gpu: &Gpu, view: IndexView) -> Result<Self, GpuError> {
+    /// Upload `view`.
+    ///
+    /// # Safety
+    ///
+    /// Every address in `view` points to a live device buffer of the size
+    /// the view's counts say, and the caller keeps those buffers alive as long
+    /// as this value: the search kernels read through them unchecked.
+    pub unsafe fn new(gpu: &Gpu, view: IndexView) -> Result<Self, GpuError> {
         Ok(Self {
             view,
             dev: gpu.upload(&[view])?,

@@ -214,7 +214,10 @@ impl DeviceIndex {
             basis,
             basis_bias,
             rotation,
-            view: DeviceIndexView::new(gpu, view)?,
+            // SAFETY: the view's addresses are the buffers uploaded above, sized
+            // from the validated index, and `_parts` owns them as long as
+            // `view` lives (both are fields of this value).
+            view: unsafe { DeviceIndexView::new(gpu, view) }?,
             bytes,
         })
     }

@@ -175,33 +175,31 @@ pub fn prepare(
     if n >= octex_index::PAD_ID as usize {
         return Err(BuildError::TooMany { n });
     }
-    match metric {
-        Metric::L2 => Ok((Cow::Borrowed(data), dim, 0.0)),
-        Metric::Cosine => {
-            let mut out = data.to_vec();
-            for (row, r) in out.chunks_exact_mut(dim).enumerate() {
-                let norm = r.iter().map(|v| v * v).sum::<f32>().sqrt();
-                if norm == 0.0 {
-                    return Err(BuildError::ZeroVector { row });
-                }
-                r.iter_mut().for_each(|v| *v /= norm);
-            }
-            Ok((Cow::Owned(out), dim, 0.0))
-        }
-        Metric::InnerProduct => {
-            let norms: Vec<f32> = data
-                .chunks_exact(dim)
-                .map(|r| r.iter().map(|v| v * v).sum::<f32>())
-                .collect();
-            let max2 = norms.iter().cloned().fold(0.0f32, f32::max);
-            let mut out = Vec::with_capacity(n * (dim + 1));
-            for (r, &n2) in data.chunks_exact(dim).zip(&norms) {
-                out.extend_from_slice(r);
-                out.push((max2 - n2).max(0.0).sqrt());
-            }
-            Ok((Cow::Owned(out), dim + 1, max2.sqrt()))
-        }
+    if metric == Metric::L2 {
+        return Ok((Cow::Borrowed(data), dim, 0.0));
     }
+    // The rules are `Metric`'s (octex-index), shared with the search.
+    let norms: Vec<f32> = data
+        .chunks_exact(dim)
+        .map(|r| r.iter().map(|v| v * v).sum::<f32>())
+        .collect();
+    let max2 = match metric {
+        Metric::InnerProduct => norms.iter().cloned().fold(0.0f32, f32::max),
+        Metric::L2 | Metric::Cosine => 0.0,
+    };
+    let sdim = metric.stored_dim(dim);
+    let mut out = vec![0f32; n * sdim];
+    for (row, ((r, &n2), o)) in data
+        .chunks_exact(dim)
+        .zip(&norms)
+        .zip(out.chunks_exact_mut(sdim))
+        .enumerate()
+    {
+        metric
+            .prepare_base(r, n2, max2, o)
+            .ok_or(BuildError::ZeroVector { row })?;
+    }
+    Ok((Cow::Owned(out), sdim, max2.sqrt()))
 }
 
 /// A built index and what the build measured.

@@ -67,6 +67,83 @@ impl std::fmt::Display for Metric {
     }
 }
 
+/// How each metric maps vectors into the stored space (where every metric is
+/// searched as squared L2) and stored-space distances back: the one place
+/// the builder and both search backends take these rules from.
+impl Metric {
+    /// Stored dimension for input dimension `dim` (inner product appends one).
+    pub fn stored_dim(self, dim: usize) -> usize {
+        match self {
+            Metric::InnerProduct => dim + 1,
+            Metric::L2 | Metric::Cosine => dim,
+        }
+    }
+
+    /// Write base vector `x` into `out` (`stored_dim` values): as it is (L2),
+    /// divided by its norm (cosine; `None` when the norm is zero), or with
+    /// `sqrt(M^2 - |x|^2)` appended (inner product; `max_norm2` is `M^2`,
+    /// `norm2` is `|x|^2`).
+    pub fn prepare_base(
+        self,
+        x: &[f32],
+        norm2: f32,
+        max_norm2: f32,
+        out: &mut [f32],
+    ) -> Option<()> {
+        match self {
+            Metric::L2 => out.copy_from_slice(x),
+            Metric::Cosine => {
+                let norm = norm2.sqrt();
+                if norm == 0.0 {
+                    return None;
+                }
+                out.iter_mut().zip(x).for_each(|(o, v)| *o = v / norm);
+            }
+            Metric::InnerProduct => {
+                out[..x.len()].copy_from_slice(x);
+                out[x.len()] = (max_norm2 - norm2).max(0.0).sqrt();
+            }
+        }
+        Some(())
+    }
+
+    /// Write query `q` into `out` (`stored_dim` values): as it is (L2), times
+    /// the inverse of its norm (cosine; `None` when `norm2 = |q|^2` is zero),
+    /// or with `0` appended (inner product).
+    pub fn prepare_query(self, q: &[f32], norm2: f32, out: &mut [f32]) -> Option<()> {
+        match self {
+            Metric::L2 => out.copy_from_slice(q),
+            Metric::Cosine => {
+                if norm2 == 0.0 {
+                    return None;
+                }
+                let inv = 1.0 / norm2.sqrt();
+                out.iter_mut().zip(q).for_each(|(o, v)| *o = v * inv);
+            }
+            Metric::InnerProduct => {
+                out[..q.len()].copy_from_slice(q);
+                out[q.len()] = 0.0;
+            }
+        }
+        Some(())
+    }
+
+    /// The metric's distance from a stored-space squared L2 distance `d`:
+    /// `d` (L2), `1 - cos = d / 2` (cosine), `-<q, x> = (d - |q|^2 - M^2) / 2`
+    /// (inner product; `query_norm2 = |q|^2`, `max_norm = M`). Infinite `d`
+    /// (a missing result) stays as it is.
+    pub fn user_distance(self, d: f32, query_norm2: f32, max_norm: f32) -> f32 {
+        if !d.is_finite() {
+            return d;
+        }
+        match self {
+            Metric::L2 => d,
+            Metric::Cosine => d * 0.5,
+            Metric::InnerProduct => 0.5 * (d - query_norm2 - max_norm * max_norm),
+        }
+    }
+}
+
 /// Precision of the vectors kept for the exact rerank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VectorDtype {
@@ -193,4 +270,46 @@ pub(crate) fn bincode_config() -> impl bincode::config::Config {
 
 pub(crate) fn align_up(v: usize) -> usize {
     v.div_ceil(SECTION_ALIGN) * SECTION_ALIGN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metric;
+
+    fn sq_dist(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+    }
+
+    /// The stored-space squared L2 distance converts back to each metric's
+    /// own distance, and zero norms are refused where cosine needs a norm.
+    #[test]
+    fn stored_space_distances_convert_to_each_metric() {
+        let x = [3.0f32, -1.0, 2.0];
+        let q = [0.5f32, 2.0, -1.5];
+        let norm2 = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+        let (xn, qn) = (norm2(&x), norm2(&q));
+        let dot: f32 = x.iter().zip(&q).map(|(a, b)| a * b).sum();
+        for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
+            let sd = metric.stored_dim(3);
+            let max2 = 2.0 * xn; // any M^2 >= |x|^2
+            let (mut xs, mut qs) = (vec![0f32; sd], vec![0f32; sd]);
+            metric.prepare_base(&x, xn, max2, &mut xs).unwrap();
+            metric.prepare_query(&q, qn, &mut qs).unwrap();
+            let got = metric.user_distance(sq_dist(&xs, &qs), qn, max2.sqrt());
+            let want = match metric {
+                Metric::L2 => sq_dist(&x, &q),
+                Metric::Cosine => 1.0 - dot / (xn.sqrt() * qn.sqrt()),
+                Metric::InnerProduct => -dot,
+            };
+            assert!((got - want).abs() < 1e-4, "{metric}: {got} vs {want}");
+            assert_eq!(metric.user_distance(f32::INFINITY, qn, 1.0), f32::INFINITY);
+        }
+        let mut out = [0f32; 3];
+        assert!(Metric::Cosine
+            .prepare_query(&[0.0; 3], 0.0, &mut out)
+            .is_none());
+        assert!(Metric::Cosine
+            .prepare_base(&[0.0; 3], 0.0, 0.0, &mut out)
+            .is_none());
+    }
 }

@@ -290,20 +290,9 @@ impl Index {
                 o.copy_from_slice(q);
                 continue;
             }
-            match self.metric() {
-                Metric::L2 => o.copy_from_slice(q),
-                Metric::Cosine => {
-                    if n2 == 0.0 {
-                        return Err(SearchError::ZeroQuery { query: qi });
-                    }
-                    let inv = 1.0 / n2.sqrt();
-                    o.iter_mut().zip(q).for_each(|(o, v)| *o = v * inv);
-                }
-                Metric::InnerProduct => {
-                    o[..qdim].copy_from_slice(q);
-                    o[qdim] = 0.0;
-                }
-            }
+            self.metric()
+                .prepare_query(q, n2, o)
+                .ok_or(SearchError::ZeroQuery { query: qi })?;
         }
         Ok(())
     }
@@ -345,17 +334,8 @@ impl Index {
 
     /// Convert a stored-space squared L2 distance to the metric's distance.
     fn report_distance(&self, d: f32, query_norm2: f32) -> f32 {
-        if !d.is_finite() {
-            return d;
-        }
-        match self.metric() {
-            Metric::L2 => d,
-            Metric::Cosine => d * 0.5,
-            Metric::InnerProduct => {
-                let m = self.raw.header().max_norm;
-                0.5 * (d - query_norm2 - m * m)
-            }
-        }
+        let max_norm = self.raw.header().max_norm;
+        self.metric().user_distance(d, query_norm2, max_norm)
     }
 
     /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query.

@@ -6,6 +6,10 @@
 //! the de-duplicated union is ranked by the int8 sketch; `W` waves expand the `S`
 //! best entries' neighbour rows; the `R` best by sketch are reranked exactly.
 //!
+//! Every search first makes a [`SearchPlan`] (the effective rerank depth,
+//! ids read per ripple, candidates kept, entries read) from the index and
+//! [`SearchParams`]; both backends size their work from it.
+//!
 //! Two backends search the same loaded [`Index`]: the CPU (all cores through
 //! `rayon`, AVX2 sketch distances with runtime detection, per-thread scratch
 //! reused across queries) and one CUDA GPU ([`Index::gpu`], module [`gpu`]:

@@ -19,18 +19,19 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use cudarc::driver::{sys, CudaEvent, CudaGraph, CudaSlice};
-use octex_index::RerankView;
 use octex_kernels::layout::{
     BatchView, IndexView, SearchSmem, MAX_HASH_SLOTS, STAT_COPIES_WITHOUT_FRAGMENT,
     STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES, STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES,
     STAT_SLOTS,
 };
 pub use octex_kernels::GpuError;
-use octex_kernels::{device_address, DeviceBatchView, DeviceIndexView, Gpu};
+use octex_kernels::{device_address, DeviceBatchView, Gpu};
 
 use crate::{Index, SearchError, SearchParams, SearchPlan, SearchResults, SearchStats};
 
+mod device_index;
 mod pipeline;
+use device_index::DeviceIndex;
 use pipeline::Slot;
 
 /// Where and how large the GPU backend runs.
@@ -59,19 +60,6 @@ pub struct GpuPhaseTimes {
     pub search_ms: f64,
     pub download_ms: f64,
 }
-
-/// The index sections in device memory.
-struct DeviceIndex {
-    _parts: Vec<DevicePart>,
-    basis: CudaSlice<f32>,
-    basis_bias: CudaSlice<f32>,
-    rotation: CudaSlice<f32>,
-    view: DeviceIndexView,
-    bytes: u64,
-}
-
-/// One uploaded section, kept alive for the pointer table.
-type DevicePart = Box<dyn std::any::Any + Send + Sync>;
 
 /// Per-batch device buffers, sized for `max_batch` queries and `k_cap` results.
 struct BatchBuffers {
@@ -113,115 +101,6 @@ impl From<cudarc::driver::DriverError> for SearchError {
 
 /// Most graphs kept (one per batch shape and parameter set).
 const MAX_GRAPHS: usize = 16;
-
-fn upload_part<T: cudarc::driver::DeviceRepr>(
-    gpu: &Gpu,
-    host: &[T],
-    bytes: &mut u64,
-) -> Result<(CudaSlice<T>, u64), GpuError> {
-    let d = if host.is_empty() {
-        // An empty section still needs a valid address for the pointer table
-        // (kernels never read it): one uninitialised element.
-        // SAFETY: never read.
-        unsafe { gpu.stream().alloc::<T>(1) }?
-    } else {
-        gpu.upload(host)?
-    };
-    *bytes += std::mem::size_of_val(host) as u64;
-    let addr = device_address(&d, gpu.stream());
-    Ok((d, addr))
-}
-
-impl DeviceIndex {
-    fn upload(gpu: &Gpu, index: &Index) -> Result<Self, SearchError> {
-        let raw = &index.raw;
-        let h = raw.header();
-        if raw.len() >= (1usize << 31) {
-            return Err(SearchError::Params(format!(
-                "the GPU backend takes indexes of fewer than 2^31 vectors, this one has {}",
-                raw.len()
-            )));
-        }
-        let mut bytes = 0u64;
-        let mut parts: Vec<DevicePart> = Vec::new();
-        let tables: &[u64] = bytemuck::cast_slice(raw.tables());
-        let (d, tables_at) = upload_part(gpu, tables, &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (d, keys_at) = upload_part(gpu, raw.table_keys(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (d, slots_at) = upload_part(gpu, raw.table_slots(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (d, ripples_at) = upload_part(gpu, raw.ripples(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (d, rows_at) = upload_part(gpu, raw.rows(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (d, sketch_at) = upload_part(gpu, raw.sketch(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (d, scales_at) = upload_part(gpu, raw.sketch_scales(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let (vectors_at, f16) = match raw.vectors() {
-            RerankView::F16(v) => {
-                let (d, at) = upload_part(gpu, bytemuck::cast_slice::<_, u16>(v), &mut bytes)?;
-                parts.push(Box::new(d) as DevicePart);
-                (at, 1)
-            }
-            RerankView::F32(v) => {
-                let (d, at) = upload_part(gpu, v, &mut bytes)?;
-                parts.push(Box::new(d) as DevicePart);
-                (at, 0)
-            }
-        };
-        let (d, shifts_at) = upload_part(gpu, raw.shifts(), &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let inv: Vec<f32> = raw.spacings().iter().map(|s| 1.0f32 / s).collect();
-        let (d, inv_at) = upload_part(gpu, &inv, &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let seeds = &index.engine.seeds;
-        let (d, seeds_at) = upload_part(gpu, seeds, &mut bytes)?;
-        parts.push(Box::new(d) as DevicePart);
-        let map = &index.engine.map;
-        let view = IndexView {
-            tables: tables_at,
-            table_keys: keys_at,
-            table_slots: slots_at,
-            ripples: ripples_at,
-            rows: rows_at,
-            sketch: sketch_at,
-            sketch_scales: scales_at,
-            vectors: vectors_at,
-            shifts: shifts_at,
-            inv_spacings: inv_at,
-            seeds: seeds_at,
-            n: raw.len() as u32,
-            dim: raw.dim() as u32,
-            copies: map.copies as u32,
-            blocks: map.blocks as u32,
-            spacings: map.spacings.len() as u32,
-            list_len: h.list_len,
-            row_len: h.row_len,
-            sketch_width: h.sketch_width,
-            basis_dim: map.basis_dim as u32,
-            width: map.width() as u32,
-            vectors_f16: f16,
-            n_seeds: seeds.len() as u32,
-        };
-        let basis = gpu.upload(&map.basis)?;
-        let basis_bias = gpu.upload(&map.basis_bias)?;
-        let rotation = gpu.upload(&map.rotation)?;
-        bytes += 4 * (map.basis.len() + map.basis_bias.len() + map.rotation.len()) as u64;
-        Ok(Self {
-            _parts: parts,
-            basis,
-            basis_bias,
-            rotation,
-            // SAFETY: the view's addresses are the buffers uploaded above, sized
-            // from the validated index, and `_parts` owns them as long as
-            // `view` lives (both are fields of this value).
-            view: unsafe { DeviceIndexView::new(gpu, view) }?,
-            bytes,
-        })
-    }
-}
 
 impl BatchBuffers {
     fn new(gpu: &Gpu, index: &IndexView, max_batch: usize, k_cap: usize) -> Result<Self, GpuError> {

@@ -238,6 +238,10 @@ fn far_queries_and_inner_product_on_gpu() {
 /// Without a driver, asking for the GPU is an error value.
 #[test]
 fn gpu_request_without_driver_is_an_error() {
+    assert_eq!(
+        octex_search::gpu_available(),
+        octex_kernels::driver_available()
+    );
     if octex_kernels::driver_available() {
         eprintln!("SKIPPED gpu_request_without_driver_is_an_error: a GPU is present");
         return;

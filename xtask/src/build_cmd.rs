@@ -168,7 +168,7 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         resolved.row_len,
         if resolved.exact_rows { "exact" } else { "search" }
     );
-    if octex_kernels::driver_available() && params.backend != BuildBackend::Cpu {
+    if octex_search::gpu_available() && params.backend != BuildBackend::Cpu {
         println!(
             "a GPU is present: principal coordinates and exact rows (n <= {}) run there",
             params.gpu_exact_rows_limit

@@ -47,7 +47,7 @@ pub enum Backend {
 /// The backend to use: `auto` is the GPU when a CUDA driver reports a device,
 /// else the CPU; `gpu` without one is a clear error.
 pub fn pick_backend(b: Backend) -> Result<&'static str> {
-    let gpu = octex_kernels::driver_available();
+    let gpu = octex_search::gpu_available();
     match b {
         Backend::Cpu => Ok("cpu"),
         Backend::Auto => Ok(if gpu { "gpu" } else { "cpu" }),

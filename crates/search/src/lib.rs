@@ -51,6 +51,17 @@ pub use gpu::{GpuError, GpuOptions, GpuPhaseTimes, GpuSearcher};
 pub use octex_index::Index as RawIndex;
 pub use plan::SearchPlan;
 
+/// Whether this program can search on a GPU: built with the `gpu` feature,
+/// a CUDA driver loads and reports at least one device. For embedders that
+/// choose a backend before opening one (`Index::gpu` then fails only for
+/// reasons of that device).
+pub fn gpu_available() -> bool {
+    #[cfg(feature = "gpu")]
+    return octex_kernels::driver_available();
+    #[cfg(not(feature = "gpu"))]
+    false
+}
+
 /// Search parameters (the paper's `r`, `S`, `W`, `R`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SearchParams {

@@ -1,0 +1,280 @@
+//! Everything of an index but its neighbour rows, phase by phase: PCA, the
+//! copy map and its spacings, principal coordinates, the ripples and key
+//! tables of every copy, the sketch, and the assembled parts. The build runs
+//! it beside the neighbour rows (`lib.rs`).
+
+use super::*;
+
+/// Everything of the index but its neighbour rows: PCA, the copy map and its
+/// spacings, the principal coordinates, the ripples and key tables of every
+/// copy, the sketch, and the assembled parts (`rows` left empty).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn structure(
+    x: &[f32],
+    sdim: usize,
+    dim: usize,
+    metric: Metric,
+    max_norm: f32,
+    p: &ResolvedParams,
+    on_gpu: bool,
+    report: &mut BuildReport,
+    progress: &dyn Progress,
+) -> Result<(IndexParts, CopyMap, spacing::SpacingChoice), BuildError> {
+    let n = x.len() / sdim;
+    // A context of its own (own stream and cuBLAS handle, exact f32 products),
+    // beside the rows thread's TF32 products on the caller's.
+    let gpu = match on_gpu {
+        true => Some(report.phase("gpu_open", || Device::open(0))?),
+        false => None,
+    };
+    // PCA: the copies draw from the top-64 subspace, the sketch needs the top w.
+    let m_copy = sdim.min(64);
+    let m = m_copy.max(p.sketch_width.min(sdim));
+    let sample = pca::sample_rows(n, p.pca_sample, p.seed);
+    let pca = report.phase("pca", || pca::fit(x, sdim, &sample, m));
+    let sigma = (pca.variances[..m_copy].iter().sum::<f64>() / m_copy as f64)
+        .sqrt()
+        .max(1e-12);
+    let map_params = CopyMapParams {
+        copies: p.copies,
+        blocks: p.blocks,
+        seed: p.seed,
+    };
+    let mut map = CopyMap::random(
+        &pca.mean,
+        &pca.basis,
+        m,
+        m_copy,
+        sigma,
+        &map_params,
+        vec![1.0],
+    );
+    // Principal coordinates of every vector: the input of every copy's
+    // projection and, in their first w columns, of the sketch.
+    // On the GPU the f16 rerank vectors come from the same upload.
+    let want_f16 = p.vector_dtype == VectorDtype::F16;
+    let (pcs, vectors16) = report.phase("principal_coords", || match &gpu {
+        Some(g) => gpu_rows::principal(g, &map, x, want_f16),
+        None => {
+            let mut pcs = vec![0f32; n * m];
+            map.principal(x, &mut pcs, true);
+            Ok((pcs, None))
+        }
+    })?;
+
+    // Spacings, from copy 0 over (a sample of) the data.
+    let choice = report.phase("spacings", || {
+        if let Some(s) = &p.spacings {
+            return Ok(spacing::SpacingChoice {
+                spacings: s.clone(),
+                hit_rates: vec![],
+                median_sizes: vec![],
+            });
+        }
+        let probe = pca::sample_rows(n, spacing::PROBE_ROWS, p.seed ^ 0x5eed);
+        let z0 = project_copy(&pcs, &map, 0, Some(&probe));
+        let var = z0.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / z0.len().max(1) as f64;
+        tracing::info!(
+            sigma,
+            projected_variance = var,
+            "scale of copy 0's projected coordinates (expect ~1)"
+        );
+        let targets = spacing::SpacingTargets {
+            pmin: p.min_fragment,
+            list_len: p.list_len,
+            hit_rate: p.finest_hit_rate,
+            ratio: p.spacing_ratio,
+            max_spacings: p.max_spacings,
+        };
+        match &gpu {
+            // The same projection as the CPU's, so both choose the same spacings.
+            Some(g) => gpu_ripples::choose_spacings(g, &map, &z0, &targets),
+            None => Ok(spacing::choose(&map, &z0, &targets)),
+        }
+    })?;
+    if choice.spacings.is_empty()
+        || !choice.spacings.windows(2).all(|w| w[0] < w[1])
+        || choice.spacings.iter().any(|&s| s.is_nan() || s <= 0.0)
+    {
+        return Err(BuildError::Param(format!(
+            "spacings must be positive and ascending, got {:?}",
+            choice.spacings
+        )));
+    }
+    map.spacings = choice.spacings.clone();
+    tracing::info!(spacings = ?map.spacings, hit_rates = ?choice.hit_rates, median_sizes = ?choice.median_sizes, "spacings chosen");
+    let nsp = map.spacings.len();
+
+    // Fragment ripples, copy by copy.
+    let pb_ripples = Stage::new(progress, "ripples", p.copies as u64);
+    let device_pcs = match &gpu {
+        Some(g) => Some(report.phase("principal_upload", || {
+            gpu_ripples::DevicePrincipal::new(g, &pcs, m)
+        })?),
+        None => None,
+    };
+    let mut spec = ripples::RippleSpec {
+        list_len: p.list_len,
+        pmin: p.min_fragment,
+        rule: p.ripple_rule,
+        ivf: centre_knn::IvfParams {
+            probes: p.ripple_probes.unwrap_or(0),
+            seed: p.seed ^ 0x1f,
+            ..Default::default()
+        },
+    };
+    // Copy 0's projection, for the probe choice and the check of the ripples.
+    let z0 = project_copy(&pcs, &map, 0, None);
+    if spec.searches() && p.ripple_probes.is_none() {
+        let (probes, recall) = report.phase("ripple_probes", || match &gpu {
+            Some(g) => gpu_ripples::choose_probes(g, &map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES),
+            None => Ok(ripples::choose_probes(
+                &map,
+                0,
+                &z0,
+                &spec,
+                RIPPLE_RECALL_SAMPLES,
+            )),
+        })?;
+        tracing::info!(probes, recall, "inverted-file probes per fragment centre");
+        spec.ivf.probes = probes;
+    }
+    report.ripple_probes = spec.searches().then_some(spec.ivf.probes);
+    let ripples_on_gpu = match &gpu {
+        Some(g) => gpu_ripples::fits(g, n, &spec, map.copy_dim())?,
+        None => false,
+    };
+    let flat: FlatRipples = report.phase("ripples", || match (&gpu, &device_pcs) {
+        (Some(g), Some(dp)) if ripples_on_gpu => {
+            gpu_ripples::build_all(g, &map, dp, &spec, &pb_ripples)
+        }
+        _ => {
+            let per_copy = (0..p.copies)
+                .into_par_iter()
+                .map(|c| {
+                    let z = project_copy(&pcs, &map, c, None);
+                    let r = ripples::build_copy(&map, c, &z, &spec);
+                    pb_ripples.inc(1);
+                    r
+                })
+                .collect();
+            Ok(FlatRipples::from_copies(per_copy, p.list_len))
+        }
+    })?;
+    pb_ripples.finish();
+    report.ripple_recall = report.phase("ripple_recall", || {
+        ripples::stored_ripple_recall(&map, 0, &z0, &flat, p.list_len, RIPPLE_RECALL_SAMPLES)
+    });
+    drop(z0);
+    tracing::info!(
+        recall = report.ripple_recall,
+        "stored ripples against the exact l nearest of their centres (copy 0)"
+    );
+
+    // Sketch: the first w principal coordinates (zero beyond m), scales
+    // from the PCA sample.
+    let w = p.sketch_width;
+    let (sketch_scales, sketch_rows) = report.phase("sketch", || {
+        let pcs_ref: &[f32] = &pcs;
+        let row = move |r: usize| (0..w).map(move |j| if j < m { pcs_ref[r * m + j] } else { 0.0 });
+        let sampled: Vec<f32> = sample.iter().flat_map(|&r| row(r)).collect();
+        let scales = sketch::fit_scales(&sampled, w);
+        let rows = match (&gpu, &device_pcs) {
+            (Some(g), Some(dp)) => gpu_ripples::sketch(g, dp, w, &scales)?,
+            _ => {
+                let coords: Vec<f32> = (0..n).into_par_iter().flat_map_iter(row).collect();
+                sketch::encode(&coords, &scales)
+            }
+        };
+        Ok::<_, BuildError>((scales, rows))
+    })?;
+    // Frees the device copy (without the `gpu` feature there is none).
+    #[allow(clippy::drop_non_drop)]
+    drop(device_pcs);
+    drop(pcs);
+
+    report.fragments = flat.fragments.clone();
+    report.short_fragments = flat.short.clone();
+    report.key_collisions = flat.collisions;
+    let vectors = report.phase("rerank_vectors", || match (p.vector_dtype, vectors16) {
+        (VectorDtype::F16, Some(v)) => RerankVectors::F16(v),
+        (VectorDtype::F16, None) => {
+            RerankVectors::F16(x.par_iter().map(|&v| half::f16::from_f32(v)).collect())
+        }
+        (VectorDtype::F32, _) => RerankVectors::F32(x.to_vec()),
+    });
+    let parts = report.phase("assemble", || {
+        let FlatRipples {
+            tables,
+            table_keys,
+            table_slots,
+            ripples,
+            ..
+        } = flat;
+        let header = IndexHeader {
+            crate_version: env!("CARGO_PKG_VERSION").to_string(),
+            metric,
+            n: n as u64,
+            input_dim: dim as u32,
+            dim: sdim as u32,
+            basis_dim: m as u32,
+            rotation_dim: m_copy as u32,
+            copies: p.copies as u32,
+            blocks: p.blocks as u32,
+            spacings: nsp as u32,
+            list_len: p.list_len as u32,
+            min_fragment: p.min_fragment as u32,
+            sketch_width: w as u32,
+            row_len: p.row_len as u32,
+            vector_dtype: p.vector_dtype,
+            max_norm,
+            seed: p.seed,
+            build_params: serde_json::to_string(&p).unwrap_or_default(),
+            sections: Vec::new(),
+        };
+        IndexParts {
+            header,
+            mean: pca.mean.clone(),
+            basis: map.basis.clone(),
+            basis_bias: map.basis_bias.clone(),
+            rotation: map.rotation.clone(),
+            shifts: map.shifts.clone(),
+            spacings: map.spacings.clone(),
+            sketch_scales,
+            sketch: sketch_rows,
+            rows: Vec::new(),
+            tables,
+            table_keys,
+            table_slots,
+            ripples,
+            vectors,
+        }
+    });
+    Ok((parts, map, choice))
+}
+
+/// Projected coordinates (`rows x 8b`) of copy `c`, from principal coordinates
+/// (`n x m`), for all rows or the given ones.
+fn project_copy(pcs: &[f32], map: &CopyMap, c: usize, rows: Option<&[usize]>) -> Vec<f32> {
+    let cd = map.copy_dim();
+    let m = map.basis_dim;
+    let rot = ripples::copy_rotation(map, c);
+    let zero = vec![0f32; cd];
+    let project = |src: &[f32]| {
+        let mut z = vec![0f32; src.len() / m * cd];
+        // Chunks keep each GEMM single-threaded inside the parallel copy loop.
+        for (zc, xc) in z.chunks_mut(cd * 65536).zip(src.chunks(m * 65536)) {
+            octex_lattice::copymap::project_rows(xc, m, &rot, &zero, zc, false);
+        }
+        z
+    };
+    match rows {
+        None => project(pcs),
+        Some(rows) => project(
+            &rows
+                .iter()
+                .flat_map(|&r| pcs[r * m..(r + 1) * m].to_vec())
+                .collect::<Vec<f32>>(),
+        ),
+    }
+}

@@ -14,6 +14,8 @@
 //!   a fixed workspace, so products can be captured in CUDA graphs), and its
 //!   launchers take typed device buffers: callers never see a launch
 //!   configuration or a raw pointer.
+//! - the search launchers (`wave_search`, `fragment_keys`) and the device
+//!   views they read ([`DeviceIndexView`], [`DeviceBatchView`]), in `search.rs`;
 //! - [`sort`]: prefix sums and a stable radix sort of ids by multi-word keys;
 //!   [`ripples`]: the GPU ripple builder (`GpuRippleBuilder`), the sketch and
 //!   f16 kernels of the builder; [`ivf`]: the inverted-file kernels that
@@ -32,6 +34,7 @@ pub mod ivf;
 pub mod layout;
 pub mod pinned;
 pub mod ripples;
+mod search;
 pub mod sort;
 
 pub use brute::GpuBruteForce;
@@ -40,6 +43,7 @@ pub use cudarc;
 pub use ivf::IvfKernels;
 pub use pinned::PinnedBuf;
 pub use ripples::{GpuRippleBuilder, LevelRipples};
+pub use search::{DeviceBatchView, DeviceIndexView};
 pub use sort::GpuSort;
 
 use std::sync::Arc;
@@ -51,7 +55,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use layout::{BatchView, IndexView, SearchSmem, BLOCK_THREADS, MAX_TOPK};
+use layout::{BatchView, IndexView, BLOCK_THREADS, MAX_TOPK};
 
 /// The kernels' PTX (`.version 8.0`, `.target sm_90`).
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/octex_kernels.ptx"));
@@ -384,52 +388,6 @@ impl Gpu {
         Ok(())
     }
 
-    /// Fragment key and centre distance of every (vector, copy, spacing) of `n`
-    /// projected vectors `z` (`n x width`): `keys`/`dists` are
-    /// `n x copies x spacings`.
-    pub fn fragment_keys(
-        &self,
-        index: &DeviceIndexView,
-        z: &CudaView<f32>,
-        n: usize,
-        keys: &mut CudaViewMut<u64>,
-        dists: &mut CudaViewMut<f32>,
-    ) -> Result<(), GpuError> {
-        let v = index.view;
-        let items = n as u64 * v.copies as u64 * v.spacings as u64;
-        assert!(z.len() >= n * v.width as usize);
-        assert!(keys.len() as u64 >= items && dists.len() as u64 >= items);
-        let n32 = n as u32;
-        let mut b = self.stream.launch_builder(&self.fragment_keys);
-        b.arg(&index.dev).arg(z).arg(&n32).arg(keys).arg(dists);
-        // SAFETY: sizes asserted above; the view's pointers are live (DeviceIndexView
-        // is built from buffers its owner keeps).
-        unsafe { b.launch(cfg(blocks_for(items)?, 0)) }?;
-        Ok(())
-    }
-
-    /// The wave search of a batch: one block per query. `batch` must describe
-    /// live buffers sized for `nq` queries (see [`layout::BatchView`]).
-    pub fn wave_search(
-        &self,
-        index: &DeviceIndexView,
-        batch: &DeviceBatchView,
-    ) -> Result<(), GpuError> {
-        let smem = SearchSmem::new(&index.view, &batch.view).total as usize;
-        if smem > self.max_smem {
-            return Err(GpuError::Unsupported(format!(
-                "these search parameters need {smem} bytes of shared memory per query, the GPU has {}",
-                self.max_smem
-            )));
-        }
-        let mut b = self.stream.launch_builder(&self.wave_search);
-        b.arg(&index.dev).arg(&batch.dev);
-        // SAFETY: the views' pointers are live and sized as they say (their owners
-        // build them); shared memory as SearchSmem lays it out.
-        unsafe { b.launch(cfg(batch.view.nq, smem as u32)) }?;
-        Ok(())
-    }
-
     /// Merge the tile `dots` (`nq x nt`, row-major; ids `tile_base..`) into the
     /// running top-`k` lists `best` (`nq x k`, start at `u64::MAX`); scores are
     /// `norms[t] - 2 dots[q][t]`; `self_base` (or `u32::MAX`) names the id of
@@ -464,51 +422,6 @@ impl Gpu {
             .arg(best);
         // SAFETY: sizes asserted above.
         unsafe { b.launch(cfg(nq32, smem as u32)) }?;
-        Ok(())
-    }
-}
-
-/// An [`IndexView`] and its copy in device memory (what kernels receive).
-pub struct DeviceIndexView {
-    pub view: IndexView,
-    dev: CudaSlice<IndexView>,
-}
-
-impl DeviceIndexView {
-    /// Upload `view`.
-    ///
-    /// # Safety
-    ///
-    /// Every address in `view` points to a live device buffer of the size
-    /// the view's counts say, and the caller keeps those buffers alive as long
-    /// as this value: the search kernels read through them unchecked.
-    pub unsafe fn new(gpu: &Gpu, view: IndexView) -> Result<Self, GpuError> {
-        Ok(Self {
-            view,
-            dev: gpu.upload(&[view])?,
-        })
-    }
-}
-
-/// A [`BatchView`] and its copy in device memory.
-pub struct DeviceBatchView {
-    pub view: BatchView,
-    dev: CudaSlice<BatchView>,
-}
-
-impl DeviceBatchView {
-    pub fn new(gpu: &Gpu, view: BatchView) -> Result<Self, GpuError> {
-        Ok(Self {
-            view,
-            dev: gpu.upload(&[view])?,
-        })
-    }
-
-    /// Rewrite the device copy (for example a new `nq`) on the stream, so a
-    /// captured graph that reads it sees the change at its next replay.
-    pub fn update(&mut self, gpu: &Gpu, view: BatchView) -> Result<(), GpuError> {
-        self.view = view;
-        gpu.stream.memcpy_htod(&[view], &mut self.dev)?;
         Ok(())
     }
 }

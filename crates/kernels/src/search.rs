@@ -1,0 +1,101 @@
+//! Launchers of the search kernels (`gpu/src/search.rs`): the per-query
+//! `wave_search` and `fragment_keys`, and the device copies of the views
+//! they read ([`DeviceIndexView`], [`DeviceBatchView`]).
+
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
+
+use crate::layout::{BatchView, IndexView, SearchSmem};
+use crate::{blocks_for, cfg, Gpu, GpuError};
+
+impl Gpu {
+    /// Fragment key and centre distance of every (vector, copy, spacing) of `n`
+    /// projected vectors `z` (`n x width`): `keys`/`dists` are
+    /// `n x copies x spacings`.
+    pub fn fragment_keys(
+        &self,
+        index: &DeviceIndexView,
+        z: &CudaView<f32>,
+        n: usize,
+        keys: &mut CudaViewMut<u64>,
+        dists: &mut CudaViewMut<f32>,
+    ) -> Result<(), GpuError> {
+        let v = index.view;
+        let items = n as u64 * v.copies as u64 * v.spacings as u64;
+        assert!(z.len() >= n * v.width as usize);
+        assert!(keys.len() as u64 >= items && dists.len() as u64 >= items);
+        let n32 = n as u32;
+        let mut b = self.stream.launch_builder(&self.fragment_keys);
+        b.arg(&index.dev).arg(z).arg(&n32).arg(keys).arg(dists);
+        // SAFETY: sizes asserted above; the view's pointers are live (DeviceIndexView
+        // is built from buffers its owner keeps).
+        unsafe { b.launch(cfg(blocks_for(items)?, 0)) }?;
+        Ok(())
+    }
+
+    /// The wave search of a batch: one block per query. `batch` must describe
+    /// live buffers sized for `nq` queries (see [`BatchView`]).
+    pub fn wave_search(
+        &self,
+        index: &DeviceIndexView,
+        batch: &DeviceBatchView,
+    ) -> Result<(), GpuError> {
+        let smem = SearchSmem::new(&index.view, &batch.view).total as usize;
+        if smem > self.max_smem {
+            return Err(GpuError::Unsupported(format!(
+                "these search parameters need {smem} bytes of shared memory per query, the GPU has {}",
+                self.max_smem
+            )));
+        }
+        let mut b = self.stream.launch_builder(&self.wave_search);
+        b.arg(&index.dev).arg(&batch.dev);
+        // SAFETY: the views' pointers are live and sized as they say (their owners
+        // build them); shared memory as SearchSmem lays it out.
+        unsafe { b.launch(cfg(batch.view.nq, smem as u32)) }?;
+        Ok(())
+    }
+}
+
+/// An [`IndexView`] and its copy in device memory (what kernels receive).
+pub struct DeviceIndexView {
+    pub view: IndexView,
+    dev: CudaSlice<IndexView>,
+}
+
+impl DeviceIndexView {
+    /// Upload `view`.
+    ///
+    /// # Safety
+    ///
+    /// Every address in `view` points to a live device buffer of the size
+    /// the view's counts say, and the caller keeps those buffers alive as long
+    /// as this value: the search kernels read through them unchecked.
+    pub unsafe fn new(gpu: &Gpu, view: IndexView) -> Result<Self, GpuError> {
+        Ok(Self {
+            view,
+            dev: gpu.upload(&[view])?,
+        })
+    }
+}
+
+/// A [`BatchView`] and its copy in device memory.
+pub struct DeviceBatchView {
+    pub view: BatchView,
+    dev: CudaSlice<BatchView>,
+}
+
+impl DeviceBatchView {
+    pub fn new(gpu: &Gpu, view: BatchView) -> Result<Self, GpuError> {
+        Ok(Self {
+            view,
+            dev: gpu.upload(&[view])?,
+        })
+    }
+
+    /// Rewrite the device copy (for example a new `nq`) on the stream, so a
+    /// captured graph that reads it sees the change at its next replay.
+    pub fn update(&mut self, gpu: &Gpu, view: BatchView) -> Result<(), GpuError> {
+        self.view = view;
+        gpu.stream.memcpy_htod(&[view], &mut self.dev)?;
+        Ok(())
+    }
+}

@@ -66,7 +66,8 @@ pub(crate) struct Engine {
     pub kernel: SketchFn,
     pub exact_f32: ExactF32Fn,
     pub exact_f16: ExactF16Fn,
-    pub w: usize,
+    /// Sketch width (int8 coordinates per row).
+    pub sketch_width: usize,
     pub row_len: usize,
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
@@ -148,7 +149,7 @@ impl Engine {
             kernel,
             exact_f32,
             exact_f16,
-            w: h.sketch_width as usize,
+            sketch_width: h.sketch_width as usize,
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),
@@ -159,7 +160,7 @@ impl Engine {
     /// first `w`, zero beyond `m`.
     pub fn sketch_coords(&self, pcs: &[f32], qs: &mut Vec<f32>) {
         let m = self.map.basis_dim;
-        let w = self.w;
+        let w = self.sketch_width;
         qs.clear();
         for r in pcs.chunks_exact(m) {
             qs.extend((0..w).map(|j| if j < m { r[j] } else { 0.0 }));
@@ -171,7 +172,7 @@ impl Engine {
     #[inline(never)]
     fn rank_fresh(&self, index: &Index, qs: &[f32], scales: &[f32], s: &mut Scratch) {
         let sk = index.sketch();
-        let w = self.w;
+        let w = self.sketch_width;
         let row = |id: u32| &sk[id as usize * w..id as usize * w + w];
         // Software pipeline: a core keeps only ~10-20 misses in flight, so
         // prefetch PREFETCH_AHEAD rows ahead of the distance being computed

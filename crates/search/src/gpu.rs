@@ -164,11 +164,11 @@ fn batch_view(
 ) -> BatchView {
     let (p, k) = (&plan.params, plan.k);
     let r = plan.read_depth as u32;
-    let (sp, w, lt) = (p.start_points as u32, p.waves as u32, ix.row_len);
+    let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
     let keep = plan.keep as u32;
     let first = ix.copies * r + ix.n_seeds;
-    let buf_len = first.max(keep + sp * lt).next_power_of_two();
-    let entries = first + w * sp * lt;
+    let buf_len = first.max(keep + start_points * row_len).next_power_of_two();
+    let entries = first + waves * start_points * row_len;
     // The set holds distinct ids only, far fewer than the entries read (most
     // ids recur across copies and rows): one slot per entry bounds the load at
     // 1 in the worst case and keeps it near 0.2 in practice, at half the shared
@@ -185,8 +185,8 @@ fn batch_view(
         nq: nq as u32,
         k: k as u32,
         read_depth: r,
-        start_points: sp,
-        waves: w,
+        start_points,
+        waves,
         rerank: p.rerank as u32,
         keep,
         hash_slots,

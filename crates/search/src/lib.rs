@@ -392,7 +392,7 @@ impl Index {
         let plan = SearchPlan::new(self.raw.header(), p, k);
         let sdim = self.raw.dim();
         let width = self.engine.map.width();
-        let w = self.engine.w;
+        let w = self.engine.sketch_width;
         let mut ids = vec![0u32; nq * k];
         let mut dists = vec![0f32; nq * k];
         let chunk_out: Vec<Result<SearchStats, SearchError>> = ids

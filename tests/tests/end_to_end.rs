@@ -63,7 +63,7 @@ fn simd_and_portable_kernels_give_the_same_results() {
     let path = dir.path().join("i.octex");
     std::fs::write(&path, &bytes).unwrap();
     let mut portable = octex_search::Index::load(&path).unwrap();
-    portable.force_portable_kernel();
+    portable.force_portable_kernel().unwrap();
     let p = SearchParams::default();
     let a = fast.search(&queries, 10, &p).unwrap();
     let b = portable.search(&queries, 10, &p).unwrap();

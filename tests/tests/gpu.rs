@@ -346,3 +346,29 @@ fn gpu_search_rows_match_cpu_search_rows() {
     eprintln!("search-built rows: CPU passes {r_cpu:.4}, GPU passes {r_gpu:.4}");
     assert!((r_cpu - r_gpu).abs() <= 0.005, "{r_cpu} vs {r_gpu}");
 }
+
+/// A program keeps an index and its GPU searcher side by side in one struct
+/// (the searcher holds its own handle of the index).
+#[test]
+fn index_and_gpu_searcher_live_in_one_struct() {
+    struct Service {
+        index: octex_search::Index,
+        gpu: Option<octex_search::GpuSearcher>,
+    }
+    fn assert_send<T: Send>() {}
+    assert_send::<octex_search::Index>();
+    let dim = 16;
+    let base = clustered(2_000, dim, 8, 9);
+    let index = build(&base, dim, Metric::L2);
+    let gpu = gpu_or_skip("index_and_gpu_searcher_live_in_one_struct")
+        .map(|_| index.gpu(&GpuOptions::default()).unwrap());
+    let mut service = Service { index, gpu };
+    let q = &base[..dim];
+    let p = SearchParams::default();
+    let cpu = service.index.search(q, 5, &p).unwrap();
+    assert_eq!(cpu.ids(0)[0], 0, "a base vector finds itself");
+    if let Some(g) = &mut service.gpu {
+        let found = g.search(q, 5, &p).unwrap();
+        assert_eq!(found.ids(0)[0], 0, "the GPU finds the base vector too");
+    }
+}

@@ -30,7 +30,7 @@ const CHUNK: usize = 16_384;
 enum RowSearcher<'a> {
     Cpu(&'a octex_search::Index),
     #[cfg(feature = "gpu")]
-    Gpu(Box<octex_search::GpuSearcher<'a>>),
+    Gpu(Box<octex_search::GpuSearcher>),
 }
 
 impl RowSearcher<'_> {

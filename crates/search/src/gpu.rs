@@ -73,9 +73,11 @@ struct BatchBuffers {
     view: DeviceBatchView,
 }
 
-/// Searches an [`Index`] on one GPU. Create with [`Index::gpu`].
-pub struct GpuSearcher<'a> {
-    index: &'a Index,
+/// Searches an [`Index`] on one GPU. Create with [`Index::gpu`]. It holds
+/// its own handle of the index (a cheap clone), so it can live beside the
+/// `Index` in one struct or move to another thread.
+pub struct GpuSearcher {
+    index: Index,
     gpu: Gpu,
     dev: DeviceIndex,
     /// Two pipeline slots (device and page-locked buffers); the profiled path
@@ -121,7 +123,7 @@ impl BatchBuffers {
 impl Index {
     /// Copy this index to GPU `opts.device` and return a searcher for it.
     /// Without a CUDA driver this is `SearchError::Gpu(GpuError::NoDriver)`.
-    pub fn gpu(&self, opts: &GpuOptions) -> Result<GpuSearcher<'_>, SearchError> {
+    pub fn gpu(&self, opts: &GpuOptions) -> Result<GpuSearcher, SearchError> {
         let gpu = Gpu::open(opts.device)?;
         let t = Instant::now();
         let dev = DeviceIndex::upload(&gpu, self)?;
@@ -139,7 +141,7 @@ impl Index {
             "index copied to the GPU"
         );
         Ok(GpuSearcher {
-            index: self,
+            index: self.clone(),
             gpu,
             dev,
             slots,
@@ -196,7 +198,7 @@ fn batch_view(
     }
 }
 
-impl GpuSearcher<'_> {
+impl GpuSearcher {
     /// The device, in words.
     pub fn device(&self) -> String {
         self.gpu.describe()
@@ -360,7 +362,8 @@ impl GpuSearcher<'_> {
         mut times: Option<&mut GpuPhaseTimes>,
         stored_space: bool,
     ) -> Result<SearchResults, SearchError> {
-        let index = self.index;
+        // A handle of our own (one reference count), so `self` stays free to borrow.
+        let index = &self.index.clone();
         let qdim = if stored_space {
             index.raw.dim()
         } else {

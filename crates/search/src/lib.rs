@@ -160,11 +160,24 @@ impl SearchResults {
     }
 }
 
-/// A loaded index, ready to search on the CPU.
-pub struct Index {
+/// A loaded index, ready to search on the CPU, and the handle a GPU searcher
+/// keeps: cloning it is cheap (one shared copy of the index), so a program
+/// can hold an `Index` and its `GpuSearcher` side by side.
+#[derive(Clone)]
+pub struct Index(std::sync::Arc<IndexInner>);
+
+/// What an [`Index`] shares between its clones.
+pub struct IndexInner {
     raw: octex_index::Index,
     engine: engine::Engine,
     kernel_name: &'static str,
+}
+
+impl std::ops::Deref for Index {
+    type Target = IndexInner;
+    fn deref(&self) -> &IndexInner {
+        &self.0
+    }
 }
 
 /// Batches of at least this many query values are checked and prepared on
@@ -184,17 +197,23 @@ impl Index {
     pub fn new(raw: octex_index::Index) -> Self {
         let (kernel, kernel_name) = simd::best_kernel();
         let engine = engine::Engine::new(&raw, kernel);
-        Self {
+        Self(std::sync::Arc::new(IndexInner {
             raw,
             engine,
             kernel_name,
-        }
+        }))
     }
 
-    /// Use the portable sketch kernel even where SIMD exists (tests, comparisons).
-    pub fn force_portable_kernel(&mut self) {
-        self.engine.kernel = simd::sketch_distance_portable;
-        self.kernel_name = "portable";
+    /// Use the portable sketch kernel even where SIMD exists (tests,
+    /// comparisons). Only before the index is shared (cloned, or held by a
+    /// GPU searcher).
+    pub fn force_portable_kernel(&mut self) -> Result<(), SearchError> {
+        let inner = std::sync::Arc::get_mut(&mut self.0).ok_or_else(|| {
+            SearchError::Params("the index is shared: choose the kernel before cloning it".into())
+        })?;
+        inner.engine.kernel = simd::sketch_distance_portable;
+        inner.kernel_name = "portable";
+        Ok(())
     }
 
     /// Name of the sketch distance kernel in use.
@@ -204,8 +223,11 @@ impl Index {
     pub fn raw(&self) -> &octex_index::Index {
         &self.raw
     }
-    pub fn into_raw(self) -> octex_index::Index {
-        self.raw
+    /// The index itself, when no clone shares it (else `self` back).
+    pub fn into_raw(self) -> Result<octex_index::Index, Self> {
+        std::sync::Arc::try_unwrap(self.0)
+            .map(|inner| inner.raw)
+            .map_err(Self)
     }
     /// Vectors in the index.
     pub fn len(&self) -> usize {

@@ -88,7 +88,7 @@ impl Slot {
     }
 }
 
-impl GpuSearcher<'_> {
+impl GpuSearcher {
     /// Search `nq` checked queries in batches of `max_batch`, two in flight.
     /// `stored_space`: the queries are in the stored space already and the
     /// distances stay squared L2 there.
@@ -103,7 +103,7 @@ impl GpuSearcher<'_> {
         stored_space: bool,
     ) -> Result<SearchStats, SearchError> {
         let k = plan.k;
-        let index = self.index;
+        let index = &self.index.clone();
         let sdim = index.raw.dim();
         let qdim = if stored_space { sdim } else { index.dim() };
         self.ensure_k(k)?;

@@ -226,6 +226,10 @@ pub unsafe extern "ptx-kernel" fn ivf_scan(
                 }
                 sync();
                 let filled = core::ptr::read_volatile(counter);
+                // Every thread reads the count before any thread of the next
+                // chunk adds to it: the merge decision (which holds barriers)
+                // must be the same in every thread.
+                sync();
                 if filled > T {
                     worst = merge(all, l, filled, counter);
                 }

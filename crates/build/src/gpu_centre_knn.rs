@@ -9,8 +9,9 @@
 //! one thread block per centre walks its probed lists (`ivf_scan`) where the
 //! CPU gathers the centres of each list into one matrix product. Distances
 //! are computed from the coordinates on the GPU and by `|c|^2 + |x|^2 - 2 c.x`
-//! on the CPU, so near-ties may order differently; a GPU test checks that the
-//! two give the same recall against exact lists.
+//! on the CPU, so near-ties may order differently; a GPU test
+//! (`gpu_nearest_ripples_match_cpu_nearest_ripples`) checks that the two
+//! give the same stored fragments and almost the same ripple ids.
 
 use octex_kernels::cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use octex_kernels::{Gpu, GpuError, IvfKernels};

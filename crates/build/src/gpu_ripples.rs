@@ -194,18 +194,7 @@ impl GpuCopyRipples {
     ) -> Result<Vec<LevelRipples>, BuildError> {
         let mut out = vec![LevelRipples::default(); map.spacings.len()];
         self.copy(g, map, c, z, &mut |sp, level| {
-            let mut r = LevelRipples {
-                keys: vec![0; level.stored],
-                ripples: vec![0; level.ripple_len()],
-                slot_keys: vec![0; level.capacity],
-                slot_ids: vec![0; level.capacity],
-                short: level.short,
-                collisions: level.collisions,
-            };
-            level.fetch_keys(&mut r.keys)?;
-            level.fetch_ripples(&mut r.ripples)?;
-            level.fetch_table(&mut r.slot_keys, &mut r.slot_ids)?;
-            out[sp] = r;
+            out[sp] = level.to_host()?;
             Ok(())
         })?;
         Ok(out)

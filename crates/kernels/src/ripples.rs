@@ -284,18 +284,7 @@ impl GpuRippleBuilder {
     ) -> Result<Vec<LevelRipples>, GpuError> {
         let mut out = vec![LevelRipples::default(); spacings.len()];
         self.build_copy_with(z, blocks, shift, spacings, pmin, &mut |sp, level| {
-            let mut r = LevelRipples {
-                keys: vec![0; level.stored],
-                ripples: vec![0; level.ripples.len()],
-                slot_keys: vec![0; level.capacity],
-                slot_ids: vec![0; level.capacity],
-                short: level.short,
-                collisions: level.collisions,
-            };
-            level.fetch_keys(&mut r.keys)?;
-            level.fetch_ripples(&mut r.ripples)?;
-            level.fetch_table(&mut r.slot_keys, &mut r.slot_ids)?;
-            out[sp] = r;
+            out[sp] = level.to_host()?;
             Ok(())
         })?;
         Ok(out)
@@ -537,6 +526,22 @@ impl<'a> LevelOut<'a> {
     /// caller that replaces them (the nearest-to-centre rule) before fetching.
     pub fn ripples_mut(&mut self) -> &mut CudaViewMut<'a, u32> {
         &mut self.ripples
+    }
+
+    /// Everything of this spacing fetched to the host.
+    pub fn to_host(&mut self) -> Result<LevelRipples, GpuError> {
+        let mut r = LevelRipples {
+            keys: vec![0; self.stored],
+            ripples: vec![0; self.ripples.len()],
+            slot_keys: vec![0; self.capacity],
+            slot_ids: vec![0; self.capacity],
+            short: self.short,
+            collisions: self.collisions,
+        };
+        self.fetch_keys(&mut r.keys)?;
+        self.fetch_ripples(&mut r.ripples)?;
+        self.fetch_table(&mut r.slot_keys, &mut r.slot_ids)?;
+        Ok(r)
     }
 
     /// The stored fragments' keys (`stored` values).

@@ -20,16 +20,17 @@ fn main() {
     let gpu = manifest.join("gpu");
     let committed = manifest.join("ptx").join(PTX_NAME);
     let dst = out.join(PTX_NAME);
+    // octex-core's source folder (its build script publishes it), which the
+    // kernel crate depends on: the same files the host compiles.
+    let core = PathBuf::from(env::var("DEP_OCTEX_CORE_SOURCE").expect("octex-core sets it"));
     for p in [
-        "gpu/src",
-        "gpu/Cargo.toml",
-        "src/layout.rs",
-        "ptx",
-        "../lattice/src/e8.rs",
-        "../lattice/src/key.rs",
+        gpu.join("src"),
+        gpu.join("kernels.toml"),
+        manifest.join("ptx"),
     ] {
-        println!("cargo:rerun-if-changed={p}");
+        println!("cargo:rerun-if-changed={}", p.display());
     }
+    println!("cargo:rerun-if-changed={}", core.join("src").display());
     for v in ["OCTEX_KERNEL_TOOLCHAIN", "OCTEX_PTX_PREBUILT"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
@@ -37,7 +38,7 @@ fn main() {
         fs::copy(&committed, &dst).expect("copy the committed PTX");
         "committed"
     } else {
-        match build_ptx(&gpu, &out) {
+        match build_ptx(&gpu, &core, &out) {
             Ok(p) => {
                 fs::copy(p, &dst).expect("copy the built PTX");
                 "built"
@@ -80,7 +81,24 @@ fn bitcode_linker(toolchain: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn build_ptx(gpu: &Path, out: &Path) -> Result<PathBuf, String> {
+/// The kernel crate's manifest (`gpu/kernels.toml` with its paths filled
+/// in), written to `out/kernel-crate/Cargo.toml`.
+fn kernel_manifest(gpu: &Path, core: &Path, out: &Path) -> Result<PathBuf, String> {
+    let template = fs::read_to_string(gpu.join("kernels.toml"))
+        .map_err(|e| format!("cannot read gpu/kernels.toml: {e}"))?;
+    let path = |p: &Path| p.display().to_string().replace('\\', "/");
+    let text = template
+        .replace("@SRC@", &path(&gpu.join("src/lib.rs")))
+        .replace("@CORE@", &path(core));
+    let dir = out.join("kernel-crate");
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let manifest = dir.join("Cargo.toml");
+    fs::write(&manifest, text).map_err(|e| format!("cannot write {}: {e}", manifest.display()))?;
+    Ok(manifest)
+}
+
+fn build_ptx(gpu: &Path, core: &Path, out: &Path) -> Result<PathBuf, String> {
+    let manifest = kernel_manifest(gpu, core, out)?;
     let toolchain = env::var("OCTEX_KERNEL_TOOLCHAIN").unwrap_or_else(|_| KERNEL_TOOLCHAIN.into());
     let linker = bitcode_linker(&toolchain).ok_or_else(|| {
         format!("no llvm-bitcode-linker for {toolchain} (rustup component add llvm-bitcode-linker)")
@@ -103,7 +121,7 @@ fn build_ptx(gpu: &Path, out: &Path) -> Result<PathBuf, String> {
         "nvptx64-nvidia-cuda",
     ])
     .args(["-Zbuild-std=core", "--manifest-path"])
-    .arg(gpu.join("Cargo.toml"))
+    .arg(&manifest)
     .arg("--target-dir")
     .arg(&target_dir);
     // The inner build must not inherit the outer cargo's configuration.

@@ -31,7 +31,7 @@
 
 pub mod brute;
 pub mod ivf;
-pub mod layout;
+pub use octex_core::layout;
 pub mod pinned;
 pub mod ripples;
 mod search;
@@ -55,7 +55,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use layout::{BatchView, IndexView, BLOCK_THREADS, MAX_TOPK};
+use layout::{BLOCK_THREADS, MAX_TOPK};
+use octex_core::DeviceLayout;
 
 /// The kernels' PTX (`.version 8.0`, `.target sm_90`).
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/octex_kernels.ptx"));
@@ -84,11 +85,15 @@ pub enum GpuError {
     Unsupported(String),
 }
 
-// SAFETY: both are `repr(C)` plain old data (integers only), laid out alike on
-// host and device (`layout.rs` is compiled into both).
-unsafe impl DeviceRepr for IndexView {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for BatchView {}
+/// A [`layout`] structure as a kernel argument or device buffer element
+/// (`repr(transparent)`: the same bytes as `T`).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout<T: DeviceLayout>(pub T);
+
+// SAFETY: `T: DeviceLayout` is repr(C) plain old data compiled alike for the
+// host and the nvptx kernels (octex-core), and the wrapper adds no bytes.
+unsafe impl<T: DeviceLayout> DeviceRepr for Layout<T> {}
 
 /// Whether a CUDA driver can be loaded and reports at least one device.
 pub fn driver_available() -> bool {

@@ -64,9 +64,6 @@ impl Level {
     }
 }
 
-// SAFETY: `repr(C)` plain old data (u64 addresses), laid out alike on both sides.
-unsafe impl cudarc::driver::DeviceRepr for RippleLevel {}
-
 /// Builds the ripples of one copy at a time for `n` vectors (device memory:
 /// [`GpuRippleBuilder::device_bytes`], about `(140 + 8 l) n` bytes).
 pub struct GpuRippleBuilder {
@@ -396,6 +393,7 @@ impl GpuRippleBuilder {
                 let pv = parent.map(|p| self.levels[p].view(&s)).unwrap_or_default();
                 let smem = 4 * (cd + 2 * (l + l.max(PARENT_CANDIDATES as usize)) + 1);
                 let spacing = spacings[sp];
+                let (level_arg, parent_arg) = (crate::Layout(lv), crate::Layout(pv));
                 let mut b = s.launch_builder(&self.f.complete_short);
                 b.arg(&z_a)
                     .arg(&b32)
@@ -404,8 +402,8 @@ impl GpuRippleBuilder {
                     .arg(&spacing)
                     .arg(&l32)
                     .arg(&short_list)
-                    .arg(&lv)
-                    .arg(&pv);
+                    .arg(&level_arg)
+                    .arg(&parent_arg);
                 // SAFETY: short_list holds `short` stored ordinals; the levels'
                 // buffers are sized for n vectors; shared memory as documented.
                 unsafe { b.launch(cfg(short as u32, smem as u32)) }?;

@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 
 use crate::layout::{BatchView, IndexView, SearchSmem};
-use crate::{blocks_for, cfg, Gpu, GpuError};
+use crate::{blocks_for, cfg, Gpu, GpuError, Layout};
 
 impl Gpu {
     /// Fragment key and centre distance of every (vector, copy, spacing) of `n`
@@ -58,7 +58,7 @@ impl Gpu {
 /// An [`IndexView`] and its copy in device memory (what kernels receive).
 pub struct DeviceIndexView {
     pub view: IndexView,
-    dev: CudaSlice<IndexView>,
+    dev: CudaSlice<Layout<IndexView>>,
 }
 
 impl DeviceIndexView {
@@ -72,7 +72,7 @@ impl DeviceIndexView {
     pub unsafe fn new(gpu: &Gpu, view: IndexView) -> Result<Self, GpuError> {
         Ok(Self {
             view,
-            dev: gpu.upload(&[view])?,
+            dev: gpu.upload(&[Layout(view)])?,
         })
     }
 }
@@ -80,14 +80,14 @@ impl DeviceIndexView {
 /// A [`BatchView`] and its copy in device memory.
 pub struct DeviceBatchView {
     pub view: BatchView,
-    dev: CudaSlice<BatchView>,
+    dev: CudaSlice<Layout<BatchView>>,
 }
 
 impl DeviceBatchView {
     pub fn new(gpu: &Gpu, view: BatchView) -> Result<Self, GpuError> {
         Ok(Self {
             view,
-            dev: gpu.upload(&[view])?,
+            dev: gpu.upload(&[Layout(view)])?,
         })
     }
 
@@ -95,7 +95,7 @@ impl DeviceBatchView {
     /// captured graph that reads it sees the change at its next replay.
     pub fn update(&mut self, gpu: &Gpu, view: BatchView) -> Result<(), GpuError> {
         self.view = view;
-        gpu.stream.memcpy_htod(&[view], &mut self.dev)?;
+        gpu.stream.memcpy_htod(&[Layout(view)], &mut self.dev)?;
         Ok(())
     }
 }

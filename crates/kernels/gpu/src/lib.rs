@@ -2,8 +2,10 @@
 //!
 //! Built to PTX by `../build.rs` (pinned nightly, `-Zbuild-std=core`); the host
 //! crate embeds the PTX and launches these kernels through typed launchers.
-//! The E8 decoder, the fragment-key hash and the shared layouts are the very
-//! source files the CPU uses (`#[path]` includes), so both sides decode alike.
+//! The E8 decoder, the fragment-key hash and the shared layouts come from the
+//! `no_std` crate `octex-core`, which the host crates compile too, so both
+//! sides decode alike. The manifest is `kernels.toml` (filled in by the build
+//! script), not `Cargo.toml`, so that the folder ships in the package.
 //!
 //! - [`search`]: `wave_search`, the whole search of one query per block (first
 //!   round, `W` waves, exact rerank), with the visited set and the candidate
@@ -33,15 +35,9 @@
 #![allow(internal_features)]
 #![allow(clippy::missing_safety_doc)]
 
-#[allow(dead_code)]
-#[path = "../../../lattice/src/e8.rs"]
-mod e8;
-#[allow(dead_code)]
-#[path = "../../../lattice/src/key.rs"]
-mod key;
-#[allow(dead_code)]
-#[path = "../../src/layout.rs"]
-mod layout;
+// The decoder, the key hash and the shared layouts: the same `octex-core`
+// source the host crates compile.
+use octex_core::{e8, key, layout};
 
 mod brute;
 mod build;

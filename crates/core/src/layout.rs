@@ -1,8 +1,8 @@
 //! Structures shared bit for bit by the host launchers and the GPU kernels.
 //!
-//! This file is compiled twice: into the host crate (`octex-kernels`) and into
-//! the nvptx kernel crate (`gpu/`, through `#[path]`), so it uses `core` only.
-//! Device addresses are `u64`, so the layouts are identical on both sides.
+//! Compiled for the host (re-exported as `octex_kernels::layout`) and for the
+//! nvptx kernel crate alike, so it uses `core` only. Device addresses are
+//! `u64`, so the layouts are identical on both sides.
 
 /// Threads per block of the wave-search and top-k kernels.
 pub const BLOCK_THREADS: u32 = 256;
@@ -33,6 +33,9 @@ pub struct RippleLevel {
     /// `u32` stored fragment of each vector, or [`NO_FRAGMENT`].
     pub vec_ord: u64,
 }
+
+// SAFETY: repr(C), integers, floats and u64 device addresses only.
+unsafe impl crate::DeviceLayout for RippleLevel {}
 
 /// Empty slot of the shared-memory visited set (never a stored id: ids are
 /// below `2^31`, and `u32::MAX` is the padding id).
@@ -100,6 +103,9 @@ pub struct IndexView {
     pub n_seeds: u32,
 }
 
+// SAFETY: repr(C), integers, floats and u64 device addresses only.
+unsafe impl crate::DeviceLayout for IndexView {}
+
 /// One batch of queries for `wave_search`: device buffers and parameters.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -140,6 +146,9 @@ pub struct BatchView {
     /// each phase inside the one kernel.
     pub stop_after: u32,
 }
+
+// SAFETY: repr(C), integers, floats and u64 device addresses only.
+unsafe impl crate::DeviceLayout for BatchView {}
 
 /// `BatchView::stop_after` values: after loading the query and clearing the
 /// visited set; after the first round's decode and key lookups; after the

@@ -144,9 +144,13 @@ pub fn is_e8_point(p2: &[i32; 8]) -> bool {
 }
 
 /// The 240 minimal vectors of E8 (norm 2), as doubled coordinates.
-#[cfg(not(target_arch = "nvptx64"))]
-pub fn e8_minimal_vectors() -> Vec<[i32; 8]> {
-    let mut out = Vec::with_capacity(240);
+pub fn e8_minimal_vectors() -> [[i32; 8]; 240] {
+    let mut out = [[0; 8]; 240];
+    let mut len = 0;
+    let mut push = |v: [i32; 8]| {
+        out[len] = v;
+        len += 1;
+    };
     // (+-1, +-1, 0^6): 112 vectors, doubled (+-2, +-2, 0..).
     for i in 0..8 {
         for j in (i + 1)..8 {
@@ -155,7 +159,7 @@ pub fn e8_minimal_vectors() -> Vec<[i32; 8]> {
                     let mut v = [0; 8];
                     v[i] = si;
                     v[j] = sj;
-                    out.push(v);
+                    push(v);
                 }
             }
         }
@@ -169,7 +173,7 @@ pub fn e8_minimal_vectors() -> Vec<[i32; 8]> {
                     *c = -1;
                 }
             }
-            out.push(v);
+            push(v);
         }
     }
     out

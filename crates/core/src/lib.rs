@@ -1,0 +1,30 @@
+//! # octex-core
+//!
+//! The part of OctEx that both sides of the machine compile: the host crates
+//! (through `octex-lattice` and `octex-kernels`) and the nvptx GPU kernels
+//! (`octex-kernels/gpu`, built by its build script with `-Zbuild-std=core`).
+//! It is `no_std`, allocation-free and has no dependencies, so the CPU and the
+//! GPU decode, hash and lay out data from the very same source:
+//!
+//! - [`e8`]: nearest point of D8 and E8 with one fixed tie rule;
+//! - [`key`]: the 64-bit fragment key and check word of a tuple of E8 points;
+//! - [`layout`]: the `repr(C)` argument structures and constants the kernels
+//!   and their host launchers share bit for bit.
+//!
+//! Place in the pipeline: the bottom. Users reach these through
+//! `octex-lattice` (which re-exports [`e8`] and [`key`]) and `octex-kernels`
+//! (which re-exports [`layout`]).
+#![cfg_attr(not(test), no_std)]
+
+pub mod e8;
+pub mod key;
+pub mod layout;
+
+/// A `repr(C)` plain-old-data structure that the kernels read from device
+/// memory exactly as the host wrote it: only integers, floats and `u64`
+/// device addresses, no references, no padding that carries meaning.
+///
+/// # Safety
+/// Implement only for `repr(C)` types of that kind, declared in [`layout`]
+/// and compiled identically for the host and the nvptx target.
+pub unsafe trait DeviceLayout: Copy + 'static {}

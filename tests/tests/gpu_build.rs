@@ -4,11 +4,12 @@
 //! They skip (saying so) where there is no GPU.
 
 use octex_build::centre_knn::IvfParams;
+use octex_build::gpu_sort_builder::GpuRippleBuilder;
 use octex_build::ripples::{RippleRule, RippleSpec};
 use octex_build::{gpu_ripples, ripples, sketch};
 use octex_index::table::{lookup, table_capacity};
 use octex_kernels::sort::KeyWord;
-use octex_kernels::{GpuRippleBuilder, GpuSort};
+use octex_kernels::GpuSort;
 use octex_lattice::{CopyMap, CopyMapParams};
 use octex_tests::{clustered, gpu_or_skip};
 
@@ -162,7 +163,7 @@ fn gpu_ripples_equal_cpu_ripples() {
             let zd = gpu.upload(&z).unwrap();
             let shift = gpu.upload(&map.shifts[c * cd..(c + 1) * cd]).unwrap();
             let got = builder
-                .build_copy(&zd.slice(..), map.blocks, &shift, &map.spacings, pmin)
+                .build_copy(&gpu, &zd.slice(..), map.blocks, &shift, &map.spacings, pmin)
                 .unwrap();
             for (s, (w, g)) in want.iter().zip(&got).enumerate() {
                 let at = format!("pmin {pmin}, copy {c}, spacing {s}");

@@ -13,7 +13,7 @@
 //! (`gpu_nearest_ripples_match_cpu_nearest_ripples`) checks that the two
 //! give the same stored fragments and almost the same ripple ids.
 
-use octex_kernels::cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+use octex_kernels::driver::{CudaSlice, CudaView, CudaViewMut};
 use octex_kernels::{Gpu, GpuError, IvfKernels};
 
 use crate::centre_knn::{bucket, lloyd, sq_norms, training_rows, IvfParams};

@@ -4,7 +4,7 @@
 //! [`RESIDENT_SHARE`] of it; otherwise each copy streams them from the host in
 //! chunks. Per copy: one cuBLAS product projects every vector
 //! (`n x m` times the copy's `m x 8b` rotation), then
-//! `octex_kernels::GpuRippleBuilder` keys, sorts (radix, by key, centre
+//! [`crate::gpu_sort_builder::GpuRippleBuilder`] keys, sorts (radix, by key, centre
 //! distance and id), cuts, completes and tables the fragments of every
 //! spacing. Member ripples equal the CPU builder's for the same projected
 //! coordinates (a GPU test checks it on the CPU's own projection). By the
@@ -12,12 +12,12 @@
 //! inverted file in device memory ([`crate::gpu_centre_knn`]) and every stored
 //! fragment's ripple is searched from its centre, as the CPU builder does.
 
-use octex_kernels::cudarc::driver::{CudaSlice, CudaView};
-use octex_kernels::ripples::LevelOut;
-use octex_kernels::{Gpu, GpuError, GpuRippleBuilder, IvfKernels, LevelRipples};
+use octex_kernels::driver::{CudaSlice, CudaView};
+use octex_kernels::{Gpu, GpuError, IvfKernels};
 use octex_lattice::CopyMap;
 
 use crate::gpu_centre_knn::{GpuProjectedIvf, IvfScratch};
+use crate::gpu_sort_builder::{GpuRippleBuilder, LevelOut, LevelRipples};
 use crate::progress::Stage;
 use crate::ripples::{self, copy_rotation, FlatRipples, RippleSpec};
 use crate::spacing::{self, Probe, SpacingChoice, SpacingTargets};
@@ -149,6 +149,7 @@ impl GpuCopyRipples {
         let (spec, kernels, scratch) = (&self.spec, &self.ivf_kernels, &mut self.scratch);
         let (profiling, search_secs) = (self.profiling, &mut self.search_secs);
         self.builder.build_copy_with(
+            g,
             z,
             map.blocks,
             &shift,
@@ -354,7 +355,7 @@ pub fn sketch(
                 st.slice(..c * m)
             }
         };
-        octex_kernels::ripples::sketch_encode(g, &src, (c, m, w), &inv, &mut dev_out)?;
+        octex_kernels::builder::sketch_encode(g, &src, (c, m, w), &inv, &mut dev_out)?;
         g.download(&dev_out, &mut rows[start * w..(start + c) * w])?;
     }
     Ok(rows)
@@ -375,27 +376,11 @@ pub fn choose_spacings(
     let zd = g.upload(z)?;
     let shift = g.upload(&map.shifts[..cd])?;
     let mut probe = |f: f32| -> Result<Probe, BuildError> {
-        let runs = builder.fragment_sizes(&zd.slice(..), map.blocks, &shift, f)?;
+        let runs = builder.fragment_sizes(g, &zd.slice(..), map.blocks, &shift, f)?;
         Ok(Probe::from_runs(
             runs.into_iter().map(|r| r as usize).collect(),
             t.pmin,
         ))
     };
     spacing::choose_with(&mut probe, t)
-}
-
-#[cfg(test)]
-mod tests {
-    /// The GPU builder sizes its key tables with its own copy of the index's
-    /// capacity rule (the kernels crate sits below the index crate).
-    #[test]
-    fn gpu_table_capacity_is_the_index_rule() {
-        for f in (0..5_000).chain([65_535, 65_536, 65_537, 1 << 20, 3 << 20]) {
-            assert_eq!(
-                octex_kernels::ripples::table_capacity(f),
-                octex_index::table::table_capacity(f),
-                "{f} fragments"
-            );
-        }
-    }
 }

@@ -87,7 +87,7 @@ pub fn principal(
             g.stream(),
         )?;
         if let (Some(dh), Some(h)) = (&mut dh, &mut halves) {
-            octex_kernels::ripples::to_f16(g, &dx.slice(..c * d), dh)?;
+            octex_kernels::builder::to_f16(g, &dx.slice(..c * d), dh)?;
             let dst: &mut [u16] = bytemuck::cast_slice_mut(&mut h[start * d..(start + c) * d]);
             fetcher.fetch(&dh.slice(..c * d), dst, g.stream())?;
         }

@@ -36,6 +36,8 @@ pub mod gpu_centre_knn;
 pub mod gpu_ripples;
 #[cfg(feature = "gpu")]
 pub mod gpu_rows;
+#[cfg(feature = "gpu")]
+pub mod gpu_sort_builder;
 #[cfg(not(feature = "gpu"))]
 mod no_gpu;
 #[cfg(not(feature = "gpu"))]

@@ -26,6 +26,11 @@ impl KeyWord<'_> {
     }
 }
 
+/// Element types made of whole 4-byte words, for [`GpuSort::fill_ones`].
+pub trait AllOnes {}
+impl AllOnes for u32 {}
+impl AllOnes for u64 {}
+
 /// The scan and sort kernels, with scratch buffers for up to `capacity` items.
 pub struct GpuSort {
     stream: std::sync::Arc<CudaStream>,
@@ -132,11 +137,17 @@ impl GpuSort {
         Ok(())
     }
 
-    /// `out[..n] = value`, for any buffer of 4-byte words.
-    pub(crate) fn fill_words(&self, out: u64, words: u64, value: u32) -> Result<(), GpuError> {
+    /// Set every bit of `out` (`u32::MAX`, `u64::MAX`: the free slots of a
+    /// key table, `EMPTY_KEY` and ordinal `u32::MAX`).
+    pub fn fill_ones<T: cudarc::driver::DeviceRepr + AllOnes>(
+        &self,
+        out: &mut cudarc::driver::CudaViewMut<T>,
+    ) -> Result<(), GpuError> {
+        let words = (out.len() * std::mem::size_of::<T>() / 4) as u64;
+        let value = u32::MAX;
         let mut b = self.stream.launch_builder(&self.fill_u32);
-        b.arg(&out).arg(&words).arg(&value);
-        // SAFETY: the callers pass a buffer of at least `words` 4-byte values.
+        b.arg(out).arg(&words).arg(&value);
+        // SAFETY: `out` holds exactly `words` 4-byte words (T is u32 or u64).
         unsafe { b.launch(cfg(blocks_for(words)?, 0)) }?;
         Ok(())
     }

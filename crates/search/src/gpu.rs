@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaEvent, CudaGraph, CudaSlice};
+use octex_kernels::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream, DriverError};
 use octex_kernels::layout::{
     BatchView, IndexView, SearchSmem, MAX_HASH_SLOTS, STAT_COPIES_WITHOUT_FRAGMENT,
     STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES, STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES,
@@ -84,7 +84,7 @@ pub struct GpuSearcher {
     /// uses the first.
     slots: Vec<Slot>,
     /// Uploads of the next batch run here, beside the compute stream.
-    copy_stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    copy_stream: std::sync::Arc<CudaStream>,
     /// The slot of the last batch (what `replay_seconds` replays).
     last_slot: usize,
     graphs: HashMap<BatchView, CudaGraph>,
@@ -95,8 +95,8 @@ pub struct GpuSearcher {
     stop_after: u32,
 }
 
-impl From<cudarc::driver::DriverError> for SearchError {
-    fn from(e: cudarc::driver::DriverError) -> Self {
+impl From<DriverError> for SearchError {
+    fn from(e: DriverError) -> Self {
         SearchError::Gpu(GpuError::Driver(e))
     }
 }
@@ -132,7 +132,7 @@ impl Index {
             Slot::new(&gpu, &dev.view.view, max_batch, 16)?,
             Slot::new(&gpu, &dev.view.view, max_batch, 16)?,
         ];
-        let copy_stream = gpu.context().new_stream()?;
+        let copy_stream = gpu.new_stream()?;
         gpu.synchronize()?;
         tracing::info!(
             device = %gpu.describe(),
@@ -284,11 +284,7 @@ impl GpuSearcher {
             .get(&view)
             .ok_or_else(|| SearchError::Params("no batch searched yet".into()))?;
         let st = self.gpu.stream();
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let (a, b) = (
-            self.gpu.context().new_event(flags)?,
-            self.gpu.context().new_event(flags)?,
-        );
+        let (a, b) = (self.gpu.event(true)?, self.gpu.event(true)?);
         graph.launch()?;
         a.record(st)?;
         for _ in 0..reps {
@@ -443,10 +439,7 @@ impl GpuSearcher {
         };
         self.shared_memory(&view, p)?;
         let st = self.gpu.stream().clone();
-        let ev = |g: &Gpu| {
-            g.context()
-                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        };
+        let ev = |g: &Gpu| g.event(true);
         let events: Option<[CudaEvent; 5]> = match times {
             Some(_) => Some([
                 ev(&self.gpu)?,
@@ -556,10 +549,5 @@ fn capture(
             b.view.view.nq
         )));
     }
-    let st = g.stream().clone();
-    st.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let launched = project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view));
-    let graph = st.end_capture(sys::CUgraphInstantiate_flags(0));
-    launched?;
-    graph?.ok_or_else(|| GpuError::Unsupported("stream capture produced no graph".into()))
+    g.capture(|| project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view)))
 }

@@ -1,8 +1,8 @@
 //! The index in device memory: one buffer per section, reached by the
 //! kernels through the pointer table [`IndexView`].
 
-use cudarc::driver::{CudaSlice, DeviceRepr};
 use octex_index::RerankView;
+use octex_kernels::driver::{CudaSlice, DeviceRepr};
 use octex_kernels::layout::IndexView;
 use octex_kernels::{device_address, DeviceIndexView, Gpu, GpuError};
 

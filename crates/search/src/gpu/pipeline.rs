@@ -4,7 +4,7 @@
 //! asynchronously. Each of the two slots owns its device buffers, its
 //! page-locked host buffers and two events (queries uploaded; batch done).
 
-use cudarc::driver::CudaEvent;
+use octex_kernels::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
 use super::{batch_view, capture, BatchBuffers, GpuSearcher, MAX_GRAPHS};
@@ -44,8 +44,8 @@ impl Slot {
             ids: PinnedBuf::new(ctx, max_batch * k_cap, false)?,
             dists: PinnedBuf::new(ctx, max_batch * k_cap, false)?,
             stats: PinnedBuf::new(ctx, STAT_SLOTS, false)?,
-            uploaded: ctx.new_event(None)?,
-            done: ctx.new_event(None)?,
+            uploaded: gpu.event(false)?,
+            done: gpu.event(false)?,
             pending: None,
             view_on_device: None,
         })

@@ -1,0 +1,244 @@
+//! [`Gpu`]: one device's context, stream, kernel module and cuBLAS handle,
+//! with buffers, transfers, events, streams and graph capture for the
+//! launchers' callers.
+
+use std::sync::Arc;
+
+use cudarc::cublas::{sys as blas_sys, CudaBlas};
+use cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use crate::layout::BLOCK_THREADS;
+use crate::{GpuError, PTX};
+
+/// Whether a CUDA driver can be loaded and reports at least one device.
+pub fn driver_available() -> bool {
+    // SAFETY: is_culib_present only tries to dlopen the library.
+    if !unsafe { sys::is_culib_present() } {
+        return false;
+    }
+    std::panic::catch_unwind(|| CudaContext::device_count().unwrap_or(0) > 0).unwrap_or(false)
+}
+
+/// cuBLAS workspace (fixed, so products can be captured in graphs).
+const BLAS_WORKSPACE: usize = 32 << 20;
+
+/// `wave_search` blocks that should fit one multiprocessor: the register cap
+/// this implies (80 of 255) lets three blocks of typical shared memory
+/// (~70 KB each) share an SM instead of two, with no spills (ptxas -v).
+const SEARCH_BLOCKS_PER_SM: u32 = 3;
+
+/// Add `.maxntid` / `.minnctapersm` (CUDA's `__launch_bounds__`) to one entry
+/// of a PTX module; rustc has no attribute for them.
+pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u32) -> String {
+    let Some(start) = ptx.find(&format!(".entry {entry}(")) else {
+        return ptx.to_string();
+    };
+    let Some(body) = ptx[start..].find("\n{") else {
+        return ptx.to_string();
+    };
+    let at = start + body;
+    format!(
+        "{}\n.maxntid {threads}, 1, 1\n.minnctapersm {blocks_per_sm}{}",
+        &ptx[..at],
+        &ptx[at..]
+    )
+}
+
+/// One GPU: context, stream, kernels and cuBLAS.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    pub(crate) blas: CudaBlas,
+    _blas_workspace: CudaSlice<u8>,
+    pub(crate) wave_search: CudaFunction,
+    pub(crate) fragment_keys: CudaFunction,
+    pub(crate) sub_bias: CudaFunction,
+    pub(crate) row_sq_norms: CudaFunction,
+    pub(crate) topk_tile: CudaFunction,
+    pub(crate) max_smem: usize,
+}
+
+/// Device address of a buffer (for the pointer tables the kernels read).
+pub fn device_address<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (p, _guard) = s.device_ptr(stream);
+    p
+}
+
+pub(crate) fn cfg(blocks: u32, shared: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks.max(1), 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: shared,
+    }
+}
+
+pub(crate) fn blocks_for(items: u64) -> Result<u32, GpuError> {
+    let b = items.div_ceil(BLOCK_THREADS as u64);
+    u32::try_from(b)
+        .map_err(|_| GpuError::Unsupported(format!("{items} threads is too many for one launch")))
+}
+
+impl Gpu {
+    /// Open device `ordinal`, load the kernels and cuBLAS.
+    pub fn open(ordinal: usize) -> Result<Self, GpuError> {
+        // SAFETY: only tries to dlopen libcuda.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(GpuError::NoDriver);
+        }
+        let count = CudaContext::device_count()?;
+        if ordinal as i32 >= count {
+            return Err(GpuError::NoDevice(ordinal, count));
+        }
+        // SAFETY: only tries to dlopen libcublas.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(GpuError::NoBlas("libcublas not found".into()));
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // One stream orders all our work, and graphs cannot be captured with
+        // cudarc's per-buffer event tracking on.
+        // SAFETY: every buffer of this context is used on `stream` only.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let ptx = with_launch_bounds(PTX, "wave_search", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM);
+        let module = ctx.load_module(Ptx::from_src(ptx))?;
+        let f = |name: &str| module.load_function(name);
+        let wave_search = f("wave_search")?;
+        let max_smem = ctx.attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )? as usize;
+        let topk_tile = f("topk_tile")?;
+        for func in [&wave_search, &topk_tile] {
+            func.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                max_smem as i32,
+            )?;
+        }
+        let blas = CudaBlas::new(stream.clone())?;
+        let workspace = stream.alloc_zeros::<u8>(BLAS_WORKSPACE)?;
+        {
+            let (p, _g) = workspace.device_ptr(&stream);
+            // SAFETY: the workspace lives as long as the handle (both in Self).
+            let st = unsafe {
+                blas_sys::cublasSetWorkspace_v2(*blas.handle(), p as *mut _, BLAS_WORKSPACE)
+            };
+            st.result()?;
+        }
+        Ok(Self {
+            fragment_keys: f("fragment_keys")?,
+            sub_bias: f("sub_bias")?,
+            row_sq_norms: f("row_sq_norms")?,
+            ctx,
+            stream,
+            module,
+            blas,
+            _blas_workspace: workspace,
+            wave_search,
+            topk_tile,
+            max_smem,
+        })
+    }
+
+    /// A kernel of the module by name (for the launchers of other modules).
+    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        Ok(self.module.load_function(name)?)
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream all launchers use.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Device name and memory, for logs and bench records.
+    pub fn describe(&self) -> String {
+        let name = self.ctx.name().unwrap_or_default();
+        let mem = self.ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+        format!("{name} ({mem:.0} GiB)")
+    }
+
+    /// Free and total device memory in bytes, as the driver reports them now.
+    pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
+        self.ctx.bind_to_thread()?;
+        Ok(cudarc::driver::result::mem_get_info()?)
+    }
+
+    /// Most dynamic shared memory one block may take.
+    pub fn max_shared_memory(&self) -> usize {
+        self.max_smem
+    }
+
+    /// Copy a host slice to a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        Ok(self.stream.clone_htod(host)?)
+    }
+
+    /// A zeroed device buffer.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, GpuError> {
+        Ok(self.stream.alloc_zeros::<T>(len.max(1))?)
+    }
+
+    /// Copy a device buffer (or its first `host.len()` values) to the host.
+    pub fn download<T: DeviceRepr>(
+        &self,
+        dev: &CudaSlice<T>,
+        host: &mut [T],
+    ) -> Result<(), GpuError> {
+        let n = host.len();
+        self.stream.memcpy_dtoh(&dev.slice(..n), host)?;
+        Ok(())
+    }
+
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// A new event; `timing`: it can measure elapsed time.
+    pub fn event(&self, timing: bool) -> Result<CudaEvent, GpuError> {
+        let flags = timing.then_some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok(self.ctx.new_event(flags)?)
+    }
+
+    /// A second stream of this context (uploads beside the compute stream).
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
+        Ok(self.ctx.new_stream()?)
+    }
+
+    /// Capture what `launch` puts on [`Gpu::stream`] as a CUDA graph (the
+    /// launches are recorded, not run; replay the graph to run them).
+    pub fn capture(
+        &self,
+        launch: impl FnOnce() -> Result<(), GpuError>,
+    ) -> Result<CudaGraph, GpuError> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let launched = launch();
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        launched?;
+        graph?.ok_or_else(|| GpuError::Unsupported("stream capture produced no graph".into()))
+    }
+
+    /// Let cuBLAS use TF32 tensor cores for f32 products (about 10 bits of
+    /// mantissa per operand: several times faster, relative error ~1e-3), or
+    /// go back to exact f32.
+    pub fn set_tf32(&self, on: bool) -> Result<(), GpuError> {
+        let mode = if on {
+            blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: a valid handle; the mode only changes how later products run.
+        unsafe { blas_sys::cublasSetMathMode(*self.blas.handle(), mode) }.result()?;
+        Ok(())
+    }
+}

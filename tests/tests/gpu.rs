@@ -5,7 +5,7 @@
 use octex_index::Metric;
 use octex_kernels::layout::{BatchView, IndexView};
 use octex_kernels::{DeviceIndexView, GpuBruteForce};
-use octex_search::{GpuOptions, Index, SearchParams};
+use octex_search::{Backend, GpuOptions, Index, SearchParams};
 use octex_tests::{brute_force, clustered, gpu_or_skip, recall, test_params};
 
 fn build(base: &[f32], dim: usize, metric: Metric) -> Index {
@@ -256,6 +256,50 @@ fn gpu_request_without_driver_is_an_error() {
     assert!(err.to_string().contains("no CUDA driver"), "{err}");
 }
 
+/// `Index::open_on` is the one way to choose a backend: `auto` takes the GPU
+/// exactly when one is usable; where there is none, `gpu` is a typed error;
+/// where there is one, the GPU searcher it opens returns what `Index::gpu`
+/// returns, and the CPU one what `Index::search` returns.
+#[test]
+fn open_on_chooses_the_backend_in_one_place() {
+    let dim = 16;
+    let base = clustered(3_000, dim, 8, 8);
+    let queries = clustered(200, dim, 8, 9);
+    let index = build(&base, dim, Metric::L2);
+    let p = SearchParams::default();
+    let opts = GpuOptions::default();
+    let auto = index.open_on(Backend::Auto, &opts).unwrap();
+    let want = if octex_search::gpu_available() {
+        Backend::Gpu
+    } else {
+        Backend::Cpu
+    };
+    assert_eq!(auto.backend(), want);
+    let mut cpu = index.open_on(Backend::Cpu, &opts).unwrap();
+    assert_eq!(
+        cpu.search(&queries, 10, &p).unwrap(),
+        index.search(&queries, 10, &p).unwrap()
+    );
+    match index.open_on(Backend::Gpu, &opts) {
+        Ok(mut g) => {
+            assert!(octex_search::gpu_available());
+            let direct = index.gpu(&opts).unwrap().search(&queries, 10, &p).unwrap();
+            assert_eq!(g.search(&queries, 10, &p).unwrap(), direct);
+        }
+        Err(e) => {
+            assert!(!octex_search::gpu_available());
+            assert!(
+                matches!(e, octex_search::SearchError::BackendUnavailable(_)),
+                "{e}"
+            );
+            assert!(
+                std::env::var("OCTEX_REQUIRE_GPU").as_deref() != Ok("1"),
+                "{e}"
+            );
+        }
+    }
+}
+
 /// The same data and seed built on the CPU and on the GPU with `rows`.
 fn cpu_and_gpu_builds(
     base: &[f32],
@@ -271,8 +315,8 @@ fn cpu_and_gpu_builds(
         octex_build::build(base, dim, Metric::L2, &params).unwrap()
     };
     (
-        build_on(octex_build::BuildBackend::Cpu),
-        build_on(octex_build::BuildBackend::Gpu),
+        build_on(octex_build::Backend::Cpu),
+        build_on(octex_build::Backend::Gpu),
     )
 }
 

@@ -302,7 +302,7 @@ fn gpu_build_is_deterministic() {
     let dim = 32;
     let base = clustered(20_000, dim, 40, 17);
     let params = octex_build::BuildParams {
-        backend: octex_build::BuildBackend::Gpu,
+        backend: octex_build::Backend::Gpu,
         row_method: octex_build::RowMethod::Exact,
         ..octex_tests::test_params()
     };

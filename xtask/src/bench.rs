@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use crate::build_cmd::{print_report, BuildFlags};
 use crate::data::{self, Dataset};
 use crate::plot::{frontier, pareto_png, Series};
-use crate::search_cmd::{pick_backend, timed_search, Backend};
+use crate::search_cmd::{open, timed_search, warm_up};
+use octex_search::Backend;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -40,7 +41,7 @@ pub struct BenchArgs {
     /// A smaller parameter grid.
     #[arg(long)]
     pub quick: bool,
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    #[arg(long, default_value_t = Backend::Auto)]
     pub backend: Backend,
     #[command(flatten)]
     pub build: BuildFlags,
@@ -207,7 +208,7 @@ fn run_peers(ds: &Dataset, repeats: usize) -> Result<(Vec<Value>, Vec<Value>)> {
 }
 
 pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
-    let backend = pick_backend(args.backend)?;
+    let backend = args.backend.resolve()?;
     let ds = Dataset::open(&args.data, root)?;
     let metric = ds.metric()?;
     let (queries, dim) = data::read_vectors(&ds.queries())?;
@@ -248,7 +249,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
         }
     };
     let (gt, gk) = data::read_ids(&ds.gt())?;
-    if backend == "gpu" {
+    if backend == Backend::Gpu {
         return crate::gpu_bench::run(
             &ds,
             &index,
@@ -265,13 +266,14 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
 
     // octex sweep.
     let mut points = Vec::new();
+    let mut searcher = open(&index, Backend::Cpu, nq)?;
     for p in grid(args.quick) {
-        timed_search(&index, &queries, 10, &p, nq)?;
+        warm_up(&mut searcher, &queries, dim, 10, &p, nq)?;
         let mut times = Vec::new();
         let mut ids = Vec::new();
         let mut stats = octex_search::SearchStats::default();
         for _ in 0..args.repeats.max(1) {
-            let (i, secs, st) = timed_search(&index, &queries, 10, &p, nq)?;
+            let (i, secs, st) = timed_search(&mut searcher, &queries, dim, 10, &p, nq)?;
             times.push(secs);
             ids = i;
             stats = st;

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use octex_build::{BuildBackend, BuildParams, RowMethod, SizeEstimate};
+use octex_build::{Backend, BuildParams, RowMethod, SizeEstimate};
 use octex_index::{Metric, VectorDtype};
 
 use crate::data;
@@ -67,14 +67,9 @@ pub struct BuildFlags {
 }
 
 impl BuildFlags {
-    pub fn params(&self, backend: crate::search_cmd::Backend) -> Result<BuildParams> {
-        crate::search_cmd::pick_backend(backend)?;
+    pub fn params(&self, backend: Backend) -> Result<BuildParams> {
         let mut p = BuildParams {
-            backend: match backend {
-                crate::search_cmd::Backend::Auto => BuildBackend::Auto,
-                crate::search_cmd::Backend::Cpu => BuildBackend::Cpu,
-                crate::search_cmd::Backend::Gpu => BuildBackend::Gpu,
-            },
+            backend: backend.resolve()?,
             copies: self.copies,
             blocks: self.blocks,
             list_len: self.list_len,
@@ -126,8 +121,9 @@ pub struct BuildArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Where the heavy phases run: auto (the GPU when present), cpu or gpu.
-    #[arg(long, value_enum, default_value_t = crate::search_cmd::Backend::Auto)]
-    pub backend: crate::search_cmd::Backend,
+    /// auto (the GPU when one is usable), cpu or gpu.
+    #[arg(long, default_value_t = Backend::Auto)]
+    pub backend: Backend,
     #[command(flatten)]
     pub flags: BuildFlags,
 }
@@ -168,7 +164,7 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         resolved.row_len,
         if resolved.exact_rows { "exact" } else { "search" }
     );
-    if octex_search::gpu_available() && params.backend != BuildBackend::Cpu {
+    if octex_search::gpu_available() && params.backend == Backend::Gpu {
         println!(
             "a GPU is present: principal coordinates and exact rows (n <= {}) run there",
             params.gpu_exact_rows_limit

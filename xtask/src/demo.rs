@@ -5,13 +5,13 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Result;
-use octex_search::{Index, SearchParams};
+use octex_search::{Backend, Index, SearchParams};
 
 use crate::data::{self, Dataset};
-use crate::search_cmd::{pick_backend, timed_search, Backend};
+use crate::search_cmd::{open, timed_search, warm_up};
 
 pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
-    let backend = pick_backend(backend)?;
+    let backend = backend.resolve()?;
     crate::fetch::fetch(name, root)?;
     let ds = Dataset::open(name, root)?;
     let metric = ds.metric()?;
@@ -22,11 +22,7 @@ pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
     println!("{name}: {n} vectors, {nq} queries, dimension {dim}, {metric}; backend {backend}, {} threads", rayon::current_num_threads());
 
     let params = octex_build::BuildParams {
-        backend: if backend == "gpu" {
-            octex_build::BuildBackend::Gpu
-        } else {
-            octex_build::BuildBackend::Cpu
-        },
+        backend,
         ..Default::default()
     };
     let t = Instant::now();
@@ -45,22 +41,13 @@ pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
 
     let index = Index::load(&path)?;
     let p = SearchParams::default();
-    let (ids, secs) = if backend == "gpu" {
-        let mut g = index.gpu(&octex_search::GpuOptions {
-            device: 0,
-            max_batch: nq.min(10_000),
-        })?;
-        println!("GPU: {}", g.device());
-        // Warm-up (module load, graph capture), then the timed run.
-        g.search(&queries[..dim * nq.min(10_000)], 10, &p)?;
-        let t = Instant::now();
-        let r = g.search(&queries, 10, &p)?;
-        (r.ids, t.elapsed().as_secs_f64())
-    } else {
-        timed_search(&index, &queries[..dim * nq.min(1000)], 10, &p, nq)?;
-        let (ids, secs, _) = timed_search(&index, &queries, 10, &p, nq)?;
-        (ids, secs)
+    let batch = match backend {
+        Backend::Gpu => nq.min(10_000),
+        _ => nq,
     };
+    let mut searcher = open(&index, backend, batch)?;
+    warm_up(&mut searcher, &queries, dim, 10, &p, batch)?;
+    let (ids, secs, _) = timed_search(&mut searcher, &queries, dim, 10, &p, batch)?;
     let recall = crate::search_cmd::recall_of(&ids, 10, &ds.gt())?;
     let qps = nq as f64 / secs;
 
@@ -76,7 +63,7 @@ pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
     println!("speedup over brute force: {:.1}x", qps / bf_qps);
     println!(
         "{}",
-        serde_json::json!({"backend": backend, "queries": nq, "seconds": secs, "qps": qps, "recall": recall, "brute_force_qps": bf_qps, "speedup": qps / bf_qps, "build_seconds": build_secs})
+        serde_json::json!({"backend": backend.name(), "queries": nq, "seconds": secs, "qps": qps, "recall": recall, "brute_force_qps": bf_qps, "speedup": qps / bf_qps, "build_seconds": build_secs})
     );
     Ok(())
 }

@@ -94,8 +94,9 @@ enum Cmd {
     Demo {
         #[arg(long, default_value = "glove-50")]
         data: String,
-        #[arg(long, value_enum, default_value_t = search_cmd::Backend::Auto)]
-        backend: search_cmd::Backend,
+        /// auto (the GPU when one is usable), cpu or gpu.
+        #[arg(long, default_value_t = octex_search::Backend::Auto)]
+        backend: octex_search::Backend,
     },
 }
 

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use octex_search::{GpuOptions, Index, SearchParams};
+use octex_search::{Backend, BackendSearcher, GpuOptions, Index, SearchParams};
 
 use crate::data;
 
@@ -36,28 +36,6 @@ impl SearchFlags {
     }
 }
 
-/// Which engine searches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    Auto,
-    Cpu,
-    Gpu,
-}
-
-/// The backend to use: `auto` is the GPU when a CUDA driver reports a device,
-/// else the CPU; `gpu` without one is a clear error.
-pub fn pick_backend(b: Backend) -> Result<&'static str> {
-    let gpu = octex_search::gpu_available();
-    match b {
-        Backend::Cpu => Ok("cpu"),
-        Backend::Auto => Ok(if gpu { "gpu" } else { "cpu" }),
-        Backend::Gpu if gpu => Ok("gpu"),
-        Backend::Gpu => bail!(
-            "--backend gpu: no CUDA driver or device on this machine; use --backend cpu or auto"
-        ),
-    }
-}
-
 #[derive(Args, Debug)]
 pub struct SearchArgs {
     #[arg(long)]
@@ -76,30 +54,63 @@ pub struct SearchArgs {
     /// Queries per call of the search (default: all at once).
     #[arg(long)]
     pub batch: Option<usize>,
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    /// auto (the GPU when one is usable), cpu or gpu.
+    #[arg(long, default_value_t = Backend::Auto)]
     pub backend: Backend,
     #[command(flatten)]
     pub flags: SearchFlags,
 }
 
-/// Search all queries in batches; returns ids (`nq x k`) and seconds.
+/// Search all queries in batches of `batch` on `searcher`; returns ids
+/// (`nq x k`), seconds and the search counters.
 pub fn timed_search(
-    index: &Index,
+    searcher: &mut BackendSearcher,
     queries: &[f32],
+    dim: usize,
     k: usize,
     p: &SearchParams,
     batch: usize,
 ) -> Result<(Vec<u32>, f64, octex_search::SearchStats)> {
-    let dim = index.dim();
     let mut ids = Vec::with_capacity(queries.len() / dim * k);
     let mut stats = octex_search::SearchStats::default();
     let t = Instant::now();
     for chunk in queries.chunks(batch.max(1) * dim) {
-        let r = index.search(chunk, k, p)?;
+        let r = searcher.search(chunk, k, p)?;
         ids.extend_from_slice(&r.ids);
         stats.add(&r.stats);
     }
     Ok((ids, t.elapsed().as_secs_f64(), stats))
+}
+
+/// One untimed search before a timed run: it pages in the index map on the
+/// CPU (1,000 queries) and, on the GPU, loads the module and captures the
+/// graph of the full batch shape the timed run replays.
+pub fn warm_up(
+    searcher: &mut BackendSearcher,
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+    p: &SearchParams,
+    batch: usize,
+) -> Result<()> {
+    let nq = queries.len() / dim;
+    let warm = match searcher.backend() {
+        Backend::Gpu => nq.min(batch),
+        _ => nq.min(1000),
+    };
+    searcher.search(&queries[..dim * warm], k, p)?;
+    Ok(())
+}
+
+/// `index` opened on `backend` with GPU batches of `batch` queries.
+pub fn open(index: &Index, backend: Backend, batch: usize) -> Result<BackendSearcher> {
+    let opts = GpuOptions {
+        device: 0,
+        max_batch: batch.max(1),
+    };
+    let s = index.open_on(backend, &opts)?;
+    eprintln!("searching on {} ({})", s.backend(), s.device());
+    Ok(s)
 }
 
 pub fn recall_of(ids: &[u32], k: usize, gt_path: &Path) -> Result<f64> {
@@ -112,7 +123,7 @@ pub fn recall_of(ids: &[u32], k: usize, gt_path: &Path) -> Result<f64> {
 }
 
 pub fn run(args: SearchArgs) -> Result<()> {
-    let backend = pick_backend(args.backend)?;
+    let backend = args.backend.resolve()?;
     let index = Index::load(&args.index)?;
     let (queries, dim) = data::read_vectors(&args.queries)?;
     if dim != index.dim() {
@@ -124,23 +135,15 @@ pub fn run(args: SearchArgs) -> Result<()> {
     }
     let nq = queries.len() / dim;
     let p = args.flags.params();
-    let (ids, secs, stats) = if backend == "gpu" {
-        let batch = args.batch.unwrap_or(nq.min(10_000));
-        let mut g = index.gpu(&GpuOptions {
-            device: 0,
-            max_batch: batch,
-        })?;
-        eprintln!("GPU: {}", g.device());
-        // Warm-up (module load, graph capture), then the timed run.
-        g.search(&queries[..dim * nq.min(batch)], args.k, &p)?;
-        let t = Instant::now();
-        let r = g.search(&queries, args.k, &p)?;
-        (r.ids, t.elapsed().as_secs_f64(), r.stats)
-    } else {
-        // Warm-up pass over a slice (page in the map), then the timed run.
-        index.search(&queries[..dim * nq.min(1000)], args.k, &p)?;
-        timed_search(&index, &queries, args.k, &p, args.batch.unwrap_or(nq))?
+    // GPU launches take 10,000 queries at most by default; the CPU searches
+    // all at once unless told otherwise.
+    let batch = match backend {
+        Backend::Gpu => args.batch.unwrap_or(nq.min(10_000)),
+        _ => args.batch.unwrap_or(nq),
     };
+    let mut searcher = open(&index, backend, batch)?;
+    warm_up(&mut searcher, &queries, dim, args.k, &p, batch)?;
+    let (ids, secs, stats) = timed_search(&mut searcher, &queries, dim, args.k, &p, batch)?;
     let recall = match &args.gt {
         Some(g) => Some(recall_of(&ids, args.k, g)?),
         None => None,
@@ -159,7 +162,7 @@ pub fn run(args: SearchArgs) -> Result<()> {
         stats.copies_without_fragment as f64 / q
     );
     let json = serde_json::json!({
-        "backend": backend,
+        "backend": backend.name(),
         "queries": nq,
         "seconds": secs,
         "qps": nq as f64 / secs,

@@ -12,13 +12,13 @@ use octex_index::PAD_ID;
 use octex_kernels::layout::MAX_TOPK;
 use octex_kernels::pinned::Fetcher;
 use octex_kernels::sort::KeyWord;
-use octex_kernels::{driver_available, Gpu, GpuBruteForce, GpuError, GpuSort};
+use octex_kernels::{Gpu, GpuBruteForce, GpuError, GpuSort};
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
 
 use crate::progress::Stage;
 use crate::rows::{self, ReverseLists};
-use crate::{BuildBackend, BuildError};
+use crate::BuildError;
 
 /// Largest forward row length the GPU top-k takes.
 pub const MAX_K: usize = MAX_TOPK as usize;
@@ -28,15 +28,6 @@ const PRINCIPAL_CHUNK: usize = 1 << 20;
 
 /// Queries per top-k pass of the exact rows (one progress step).
 const ROWS_CHUNK: usize = 1 << 16;
-
-/// The GPU the build uses, if any.
-pub fn open_gpu(backend: BuildBackend) -> Result<Option<Gpu>, BuildError> {
-    match backend {
-        BuildBackend::Cpu => Ok(None),
-        BuildBackend::Auto if !driver_available() => Ok(None),
-        BuildBackend::Auto | BuildBackend::Gpu => Ok(Some(Gpu::open(0)?)),
-    }
-}
 
 /// Principal coordinates (`n x m`) of `x` (`n x D`) on the GPU and, with
 /// `f16`, `x` rounded to f16 (to nearest even, as `half::f16::from_f32`) from

@@ -21,7 +21,7 @@
 //! beside steps 2-5 and 7 (on a second context of the same device). The GPU
 //! phases are the `gpu` cargo feature (on by default); without it no CUDA
 //! crate is compiled, the phases are stand-ins that are never reached
-//! (`no_gpu.rs`) and `BuildBackend::Gpu` is an error.
+//! (`no_gpu.rs`) and `Backend::Gpu` is an error.
 //!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
@@ -62,12 +62,12 @@ use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use gpu_rows::open_gpu;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::Gpu as Device;
 #[cfg(feature = "gpu")]
 use octex_kernels::Gpu as Device;
-pub use params::{BuildBackend, BuildParams, ResolvedParams, RippleRule, RowMethod, SizeEstimate};
+pub use octex_search::Backend;
+pub use params::{BuildParams, ResolvedParams, RippleRule, RowMethod, SizeEstimate};
 use progress::Stage;
 pub use progress::{NoProgress, Progress};
 use ripples::FlatRipples;
@@ -353,4 +353,18 @@ pub fn sizes_of(index: &Index) -> SizeEstimate {
         }
     }
     s
+}
+
+/// The GPU the build uses: none for `Cpu`, or for `Auto` without a usable
+/// device; GPU 0 otherwise ([`Backend::resolve`] decides, and says why a
+/// `Gpu` request cannot be met).
+fn open_gpu(backend: Backend) -> Result<Option<Device>, BuildError> {
+    let resolved = backend.resolve().map_err(|source| BuildError::Search {
+        stage: "choosing the backend",
+        source,
+    })?;
+    match resolved {
+        Backend::Gpu => Ok(Some(Device::open(0)?)),
+        _ => Ok(None),
+    }
 }

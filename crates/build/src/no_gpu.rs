@@ -1,14 +1,14 @@
 //! Stand-ins for the GPU phases when the crate is built without its `gpu`
 //! feature: the same names and signatures over [`Gpu`], a type with no
 //! values, so the build's one code path compiles unchanged and its GPU
-//! branches are statically dead (no device is ever opened; `BuildBackend::Gpu`
+//! branches are statically dead (no device is ever opened; `Backend::Gpu`
 //! is an error that says why).
 
 /// No GPU can exist in this build.
 pub enum Gpu {}
 
 impl Gpu {
-    /// Never reached: [`gpu_rows::open_gpu`] returns no device.
+    /// Never reached: `Backend::resolve` refuses the GPU in this build.
     pub fn open(_ordinal: usize) -> Result<Self, crate::BuildError> {
         Err(gpu_rows::not_built())
     }
@@ -22,7 +22,7 @@ pub mod gpu_rows {
     use super::Gpu;
     use crate::progress::Stage;
     use crate::rows::ReverseLists;
-    use crate::{BuildBackend, BuildError};
+    use crate::BuildError;
     use octex_lattice::CopyMap;
 
     /// The GPU exact rows' longest row, as with the feature (never used here:
@@ -34,14 +34,6 @@ pub mod gpu_rows {
             "this octex-build was compiled without its `gpu` feature: build with `--backend cpu`"
                 .into(),
         )
-    }
-
-    /// No device: `Auto` and `Cpu` build on the CPU, `Gpu` is an error.
-    pub fn open_gpu(backend: BuildBackend) -> Result<Option<Gpu>, BuildError> {
-        match backend {
-            BuildBackend::Gpu => Err(not_built()),
-            BuildBackend::Auto | BuildBackend::Cpu => Ok(None),
-        }
     }
 
     #[allow(clippy::type_complexity)]

@@ -1,6 +1,7 @@
 //! Build parameters, their data-dependent defaults, and the size estimate.
 
 use octex_index::VectorDtype;
+use octex_search::Backend;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ripples::RippleRule;
@@ -14,17 +15,6 @@ pub enum RowMethod {
     Exact,
     /// The paper's two passes of the index's own search (sketch-ranked).
     Search,
-}
-
-/// Where the build's heavy phases run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BuildBackend {
-    /// The GPU when a CUDA driver reports a device, else the CPU.
-    #[default]
-    Auto,
-    Cpu,
-    /// GPU 0; an error when there is none.
-    Gpu,
 }
 
 /// What to build. `None` fields take defaults that scale with `n` and `D`
@@ -89,11 +79,11 @@ pub struct BuildParams {
     /// Largest `n` for exact rows under [`RowMethod::Auto`] when the GPU builds
     /// them (cuBLAS products + top-k, `n^2 D` on the GPU). Default 10,000,000.
     pub gpu_exact_rows_limit: usize,
-    /// Where the heavy phases run. Default [`BuildBackend::Auto`]. The GPU
+    /// Where the heavy phases run. Default [`Backend::Auto`]. The GPU
     /// computes the principal coordinates, spacing probes, ripples and key
     /// tables, sketch, exact neighbour rows and reverse entries; the index is
     /// the same format either way.
-    pub backend: BuildBackend,
+    pub backend: Backend,
     /// Precision of the rerank vectors. Default f16.
     pub vector_dtype: VectorDtype,
     /// Rows sampled for PCA and for the sketch scales. Default 100,000.
@@ -123,7 +113,7 @@ impl Default for BuildParams {
             row_method: RowMethod::Auto,
             exact_rows_limit: 20_000,
             gpu_exact_rows_limit: 10_000_000,
-            backend: BuildBackend::Auto,
+            backend: Backend::Auto,
             vector_dtype: VectorDtype::F16,
             pca_sample: 100_000,
             seed: 0x0c7e_5eed,

@@ -13,7 +13,7 @@
 //! launch.
 
 use octex_index::{Index, IndexParts, PAD_ID};
-use octex_search::SearchParams;
+use octex_search::{Backend, BackendSearcher, GpuOptions, SearchParams};
 
 use crate::progress::Stage;
 use crate::rows::{assemble, RowShape};
@@ -26,30 +26,8 @@ pub const PASS2_START_POINTS: usize = 16;
 /// Base vectors searched per call (progress granularity).
 const CHUNK: usize = 16_384;
 
-/// Who runs the row searches.
-enum RowSearcher<'a> {
-    Cpu(&'a octex_search::Index),
-    #[cfg(feature = "gpu")]
-    Gpu(Box<octex_search::GpuSearcher>),
-}
-
-impl RowSearcher<'_> {
-    fn search_stored(
-        &mut self,
-        q: &[f32],
-        k: usize,
-        p: &SearchParams,
-    ) -> Result<octex_search::SearchResults, octex_search::SearchError> {
-        match self {
-            RowSearcher::Cpu(ix) => ix.search_stored(q, k, p),
-            #[cfg(feature = "gpu")]
-            RowSearcher::Gpu(g) => g.search_stored(q, k, p),
-        }
-    }
-}
-
 fn forward_lists(
-    searcher: &mut RowSearcher<'_>,
+    searcher: &mut BackendSearcher,
     x: &[f32],
     dim: usize,
     k: usize,
@@ -88,28 +66,18 @@ fn forward_lists(
 }
 
 /// The row searcher over `index`: its GPU backend when `gpu`, else the CPU.
-fn searcher(index: &octex_search::Index, gpu: bool) -> Result<RowSearcher<'_>, BuildError> {
-    if !gpu {
-        return Ok(RowSearcher::Cpu(index));
-    }
-    #[cfg(feature = "gpu")]
-    {
-        let opts = octex_search::GpuOptions {
-            device: 0,
-            max_batch: 8_192,
-        };
-        index
-            .gpu(&opts)
-            .map(|g| RowSearcher::Gpu(Box::new(g)))
-            .map_err(|source| BuildError::Search {
-                stage: "GPU row search",
-                source,
-            })
-    }
-    #[cfg(not(feature = "gpu"))]
-    Err(BuildError::Param(
-        "GPU row search: octex-build was compiled without its `gpu` feature".into(),
-    ))
+fn searcher(index: &octex_search::Index, gpu: bool) -> Result<BackendSearcher, BuildError> {
+    let backend = if gpu { Backend::Gpu } else { Backend::Cpu };
+    let opts = GpuOptions {
+        device: 0,
+        max_batch: 8_192,
+    };
+    index
+        .open_on(backend, &opts)
+        .map_err(|source| BuildError::Search {
+            stage: "opening the row search",
+            source,
+        })
 }
 
 /// Rows for `parts` (whose rows are ignored) over stored vectors `x`, the
@@ -172,5 +140,5 @@ fn one_pass(
             }
         }
     }
-    forward_lists(&mut RowSearcher::Cpu(index), x, dim, k, p, pb)
+    forward_lists(&mut searcher(index, false)?, x, dim, k, p, pb)
 }

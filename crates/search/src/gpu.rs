@@ -27,30 +27,12 @@ use octex_kernels::layout::{
 pub use octex_kernels::GpuError;
 use octex_kernels::{device_address, DeviceBatchView, Gpu};
 
-use crate::{Index, SearchError, SearchParams, SearchPlan, SearchResults, SearchStats};
+use crate::{GpuOptions, Index, SearchError, SearchParams, SearchPlan, SearchResults, SearchStats};
 
 mod device_index;
 mod pipeline;
 use device_index::DeviceIndex;
 use pipeline::Slot;
-
-/// Where and how large the GPU backend runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GpuOptions {
-    /// CUDA device ordinal.
-    pub device: usize,
-    /// Most queries per launch (device buffers are sized for it).
-    pub max_batch: usize,
-}
-
-impl Default for GpuOptions {
-    fn default() -> Self {
-        Self {
-            device: 0,
-            max_batch: 10_000,
-        }
-    }
-}
 
 /// Device time of the phases of one batch (CUDA events), in milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]

@@ -32,6 +32,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backend;
 mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;
@@ -45,9 +46,10 @@ use octex_index::{IndexError, Metric};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+pub use backend::{Backend, BackendSearcher, GpuOptions};
 pub use engine::SearchStats;
 #[cfg(feature = "gpu")]
-pub use gpu::{GpuError, GpuOptions, GpuPhaseTimes, GpuSearcher};
+pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
 pub use octex_index::Index as RawIndex;
 pub use plan::SearchPlan;
 
@@ -126,6 +128,8 @@ pub enum SearchError {
     KAboveCount { k: usize, n: usize },
     #[error("invalid search parameters: {0}")]
     Params(String),
+    #[error("backend unavailable: {0}")]
+    BackendUnavailable(String),
     #[error(transparent)]
     Index(#[from] IndexError),
     #[cfg(feature = "gpu")]

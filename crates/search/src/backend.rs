@@ -1,0 +1,198 @@
+//! [`Backend`]: where a search (or a build's heavy phases) runs, and
+//! [`BackendSearcher`]: an index opened on one backend. The CLI, the
+//! builder's row passes and embedders choose through these, so "auto", "no
+//! driver" and "not built with the `gpu` feature" are decided in one place.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "gpu")]
+use crate::GpuSearcher;
+use crate::{Index, SearchError, SearchParams, SearchResults};
+
+/// Where work runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Backend {
+    /// The GPU when [`crate::gpu_available`] (built with the `gpu` feature, a
+    /// CUDA driver reporting a device), else the CPU.
+    #[default]
+    Auto,
+    /// The CPU (all rayon threads).
+    Cpu,
+    /// A GPU; an error where there is none.
+    Gpu,
+}
+
+impl Backend {
+    /// The backend this request runs on: `Auto` becomes `Cpu` or `Gpu`;
+    /// `Gpu` without a usable GPU is [`SearchError::BackendUnavailable`].
+    pub fn resolve(self) -> Result<Backend, SearchError> {
+        let gpu = crate::gpu_available();
+        match self {
+            Backend::Cpu => Ok(Backend::Cpu),
+            Backend::Auto if gpu => Ok(Backend::Gpu),
+            Backend::Auto => Ok(Backend::Cpu),
+            Backend::Gpu if gpu => Ok(Backend::Gpu),
+            Backend::Gpu if cfg!(feature = "gpu") => Err(SearchError::BackendUnavailable(
+                "no CUDA driver or device on this machine; use the cpu or auto backend".into(),
+            )),
+            Backend::Gpu => Err(SearchError::BackendUnavailable(
+                "this program was built without the `gpu` feature; use the cpu or auto backend"
+                    .into(),
+            )),
+        }
+    }
+
+    /// `"auto"`, `"cpu"` or `"gpu"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Cpu => "cpu",
+            Backend::Gpu => "gpu",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Backend::Auto),
+            "cpu" => Ok(Backend::Cpu),
+            "gpu" => Ok(Backend::Gpu),
+            other => Err(format!("unknown backend {other:?}: auto, cpu or gpu")),
+        }
+    }
+}
+
+/// Where and how large the GPU backend runs (read only when a search runs
+/// on the GPU; it exists without the `gpu` feature so that calls compile
+/// alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// CUDA device ordinal.
+    pub device: usize,
+    /// Most queries per launch (device buffers are sized for it).
+    pub max_batch: usize,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            device: 0,
+            max_batch: 10_000,
+        }
+    }
+}
+
+/// An index opened on one backend ([`Index::open_on`]): the same search
+/// calls on either, results in the same layout.
+pub enum BackendSearcher {
+    Cpu(Index),
+    #[cfg(feature = "gpu")]
+    Gpu(Box<GpuSearcher>),
+}
+
+impl Index {
+    /// This index opened on `backend` (resolved as [`Backend::resolve`] says;
+    /// on the GPU it is copied to `gpu.device`, batches of `gpu.max_batch`).
+    pub fn open_on(
+        &self,
+        backend: Backend,
+        gpu: &GpuOptions,
+    ) -> Result<BackendSearcher, SearchError> {
+        match backend.resolve()? {
+            #[cfg(feature = "gpu")]
+            Backend::Gpu => Ok(BackendSearcher::Gpu(Box::new(self.gpu(gpu)?))),
+            _ => {
+                let _ = gpu;
+                Ok(BackendSearcher::Cpu(self.clone()))
+            }
+        }
+    }
+}
+
+impl BackendSearcher {
+    /// The backend it runs on (`Cpu` or `Gpu`).
+    pub fn backend(&self) -> Backend {
+        match self {
+            BackendSearcher::Cpu(_) => Backend::Cpu,
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpu(_) => Backend::Gpu,
+        }
+    }
+
+    /// The machine it runs on, in words.
+    pub fn device(&self) -> String {
+        match self {
+            BackendSearcher::Cpu(_) => format!("CPU, {} threads", rayon::current_num_threads()),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpu(g) => g.device(),
+        }
+    }
+
+    /// [`Index::search`] on this backend.
+    pub fn search(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        match self {
+            BackendSearcher::Cpu(ix) => ix.search(queries, k, p),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpu(g) => g.search(queries, k, p),
+        }
+    }
+
+    /// [`Index::search_stored`] on this backend (queries already in the
+    /// stored space, squared L2 distances there: the builder's row passes).
+    pub fn search_stored(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        match self {
+            BackendSearcher::Cpu(ix) => ix.search_stored(queries, k, p),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpu(g) => g.search_stored(queries, k, p),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_resolution_is_consistent() {
+        for b in [Backend::Auto, Backend::Cpu, Backend::Gpu] {
+            assert_eq!(b.name().parse::<Backend>(), Ok(b));
+            assert_eq!(b.to_string().to_uppercase().parse::<Backend>(), Ok(b));
+        }
+        assert!("tpu"
+            .parse::<Backend>()
+            .unwrap_err()
+            .contains("auto, cpu or gpu"));
+        assert_eq!(Backend::Cpu.resolve().unwrap(), Backend::Cpu);
+        let auto = Backend::Auto.resolve().unwrap();
+        assert_eq!(auto == Backend::Gpu, crate::gpu_available());
+        match Backend::Gpu.resolve() {
+            Ok(b) => assert!(b == Backend::Gpu && crate::gpu_available()),
+            Err(e) => {
+                assert!(!crate::gpu_available());
+                assert!(matches!(e, SearchError::BackendUnavailable(_)), "{e}");
+            }
+        }
+    }
+}

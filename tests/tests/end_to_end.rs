@@ -276,6 +276,31 @@ fn bad_input_gives_typed_errors() {
             got: 31
         })
     ));
+    // A batch of 16-value rows whose length a 32-value index divides: the
+    // flat call cannot tell, the shaped one refuses it.
+    let wrong_rows = &base[..4 * DIM];
+    let shaped = octex_search::Queries::new(wrong_rows, DIM / 2).unwrap();
+    assert!(matches!(
+        index.search_queries(shaped, 10, &p),
+        Err(SearchError::Dimension {
+            expected: DIM,
+            got: 16
+        })
+    ));
+    assert!(matches!(
+        octex_search::Queries::new(&q[..DIM - 1], DIM),
+        Err(SearchError::Ragged { .. })
+    ));
+    assert!(matches!(
+        octex_search::Queries::new(q, 0),
+        Err(SearchError::Ragged { .. })
+    ));
+    let right = octex_search::Queries::new(wrong_rows, DIM).unwrap();
+    assert_eq!(right.len(), 4);
+    assert_eq!(
+        index.search_queries(right, 10, &p).unwrap(),
+        index.search(wrong_rows, 10, &p).unwrap()
+    );
     let mut nan = q.to_vec();
     nan[3] = f32::NAN;
     assert!(matches!(

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "gpu")]
 use crate::GpuSearcher;
-use crate::{Index, SearchError, SearchParams, SearchResults};
+use crate::{Index, Queries, SearchError, SearchParams, SearchResults};
 
 /// Where work runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -152,6 +152,22 @@ impl BackendSearcher {
             #[cfg(feature = "gpu")]
             BackendSearcher::Gpu(g) => g.search(queries, k, p),
         }
+    }
+
+    /// [`Index::search_queries`] on this backend: the batch's rows must have
+    /// the index's dimension.
+    pub fn search_queries(
+        &mut self,
+        queries: Queries,
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        let dim = match self {
+            BackendSearcher::Cpu(ix) => ix.dim(),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpu(g) => g.index().dim(),
+        };
+        self.search(queries.with_dim(dim)?, k, p)
     }
 
     /// [`Index::search_stored`] on this backend (queries already in the

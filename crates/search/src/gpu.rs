@@ -186,6 +186,11 @@ impl GpuSearcher {
         self.gpu.describe()
     }
 
+    /// The index it searches (a handle of the same shared copy).
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
     /// Bytes of index data in device memory.
     pub fn index_bytes(&self) -> u64 {
         self.dev.bytes

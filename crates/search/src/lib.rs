@@ -33,23 +33,24 @@
 //! ```
 
 mod backend;
+mod cpu;
 mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+mod index;
 mod plan;
 pub mod simd;
 mod visited;
 
-use std::path::Path;
-
-use octex_index::{IndexError, Metric};
-use rayon::prelude::*;
+use octex_index::IndexError;
 use serde::{Deserialize, Serialize};
 
 pub use backend::{Backend, BackendSearcher, GpuOptions};
+pub use cpu::Searcher;
 pub use engine::SearchStats;
 #[cfg(feature = "gpu")]
 pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
+pub use index::{Index, IndexInner};
 pub use octex_index::Index as RawIndex;
 pub use plan::SearchPlan;
 
@@ -164,398 +165,61 @@ impl SearchResults {
     }
 }
 
-/// A loaded index, ready to search on the CPU, and the handle a GPU searcher
-/// keeps: cloning it is cheap (one shared copy of the index), so a program
-/// can hold an `Index` and its `GpuSearcher` side by side.
-#[derive(Clone)]
-pub struct Index(std::sync::Arc<IndexInner>);
-
-/// What an [`Index`] shares between its clones.
-pub struct IndexInner {
-    raw: octex_index::Index,
-    engine: engine::Engine,
-    kernel_name: &'static str,
+/// A batch of queries with its shape: `values.len() / dim` rows of `dim`.
+/// A flat slice alone cannot say its row length (3 rows of 32 values read
+/// as 6 rows of 16), so callers that hold the shape pass it here and
+/// [`Index::search_queries`] refuses a batch whose `dim` is not the index's
+/// instead of silently reshaping it.
+#[derive(Clone, Copy, Debug)]
+pub struct Queries<'a> {
+    values: &'a [f32],
+    dim: usize,
 }
 
-impl std::ops::Deref for Index {
-    type Target = IndexInner;
-    fn deref(&self) -> &IndexInner {
-        &self.0
-    }
-}
-
-/// Batches of at least this many query values are checked and prepared on
-/// all cores (below it, waking the thread pool costs more than it saves).
-const PARALLEL_VALUES: usize = 1 << 18;
-
-/// Queries projected per GEMM (one rayon task).
-const QUERY_CHUNK: usize = 32;
-
-impl Index {
-    /// Load (memory-map) and validate an index file.
-    pub fn load(path: impl AsRef<Path>) -> Result<Self, SearchError> {
-        Ok(Self::new(octex_index::Index::load(path)?))
-    }
-
-    /// Wrap an index already in memory (e.g. just built).
-    pub fn new(raw: octex_index::Index) -> Self {
-        let (kernel, kernel_name) = simd::best_kernel();
-        let engine = engine::Engine::new(&raw, kernel);
-        Self(std::sync::Arc::new(IndexInner {
-            raw,
-            engine,
-            kernel_name,
-        }))
-    }
-
-    /// Use the portable sketch kernel even where SIMD exists (tests,
-    /// comparisons). Only before the index is shared (cloned, or held by a
-    /// GPU searcher).
-    pub fn force_portable_kernel(&mut self) -> Result<(), SearchError> {
-        let inner = std::sync::Arc::get_mut(&mut self.0).ok_or_else(|| {
-            SearchError::Params("the index is shared: choose the kernel before cloning it".into())
-        })?;
-        inner.engine.kernel = simd::sketch_distance_portable;
-        inner.kernel_name = "portable";
-        Ok(())
-    }
-
-    /// Name of the sketch distance kernel in use.
-    pub fn kernel_name(&self) -> &'static str {
-        self.kernel_name
-    }
-    pub fn raw(&self) -> &octex_index::Index {
-        &self.raw
-    }
-    /// The index itself, when no clone shares it (else `self` back).
-    pub fn into_raw(self) -> Result<octex_index::Index, Self> {
-        std::sync::Arc::try_unwrap(self.0)
-            .map(|inner| inner.raw)
-            .map_err(Self)
-    }
-    /// Vectors in the index.
-    pub fn len(&self) -> usize {
-        self.raw.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.raw.is_empty()
-    }
-    /// Dimension of the queries it takes.
-    pub fn dim(&self) -> usize {
-        self.raw.input_dim()
-    }
-    pub fn metric(&self) -> Metric {
-        self.raw.metric()
-    }
-
-    fn check(
-        &self,
-        queries: &[f32],
-        k: usize,
-        p: &SearchParams,
-        dim: usize,
-    ) -> Result<usize, SearchError> {
-        if queries.is_empty() {
+impl<'a> Queries<'a> {
+    /// `values` as rows of `dim`; an error for an empty batch, `dim = 0` or a
+    /// length that is not a whole number of rows.
+    pub fn new(values: &'a [f32], dim: usize) -> Result<Self, SearchError> {
+        if values.is_empty() {
             return Err(SearchError::EmptyBatch);
         }
-        if queries.len() % dim != 0 {
+        if dim == 0 || values.len() % dim != 0 {
             return Err(SearchError::Ragged {
-                len: queries.len(),
+                len: values.len(),
                 dim,
             });
         }
-        if k == 0 || p.read_depth == 0 || p.start_points == 0 {
-            return Err(SearchError::Params(
-                "k, read_depth and start_points must be positive".into(),
-            ));
-        }
-        if k > self.len() {
-            return Err(SearchError::KAboveCount { k, n: self.len() });
-        }
-        // On all cores for large batches; small ones (latency) stay on this
-        // thread, where waking the pool would cost more than the scan.
-        let bad = if queries.len() >= PARALLEL_VALUES {
-            queries.par_iter().position_first(|v| !v.is_finite())
-        } else {
-            queries.iter().position(|v| !v.is_finite())
-        };
-        if let Some(i) = bad {
-            return Err(SearchError::NotFinite {
-                query: i / dim,
-                col: i % dim,
-                value: queries[i],
-            });
-        }
-        Ok(queries.len() / dim)
+        Ok(Self { values, dim })
     }
 
-    /// Queries in the stored space: normalised (cosine) or with a 0 appended
-    /// (inner product); also returns each query's squared norm before that.
-    fn prepare(
-        &self,
-        queries: &[f32],
-        out: &mut Vec<f32>,
-        norms: &mut Vec<f32>,
-        stored_space: bool,
-    ) -> Result<(), SearchError> {
-        let qdim = if stored_space {
-            self.raw.dim()
-        } else {
-            self.dim()
-        };
-        let n = queries.len() / qdim.max(1);
-        out.resize(n * self.raw.dim(), 0.0);
-        norms.resize(n, 0.0);
-        self.prepare_rows(queries, out, norms, stored_space)
+    /// Row-major values.
+    pub fn values(&self) -> &'a [f32] {
+        self.values
     }
 
-    /// [`Index::prepare`] into slices sized for the queries (`out` is
-    /// `n x stored dim`, `norms` is `n`).
-    fn prepare_rows(
-        &self,
-        queries: &[f32],
-        out: &mut [f32],
-        norms: &mut [f32],
-        stored_space: bool,
-    ) -> Result<(), SearchError> {
-        let sdim = self.raw.dim();
-        let qdim = if stored_space { sdim } else { self.dim() };
-        let rows = queries
-            .chunks_exact(qdim)
-            .zip(out.chunks_exact_mut(sdim))
-            .zip(norms.iter_mut());
-        for (qi, ((q, o), norm)) in rows.enumerate() {
-            let n2: f32 = q.iter().map(|v| v * v).sum();
-            *norm = n2;
-            if stored_space {
-                o.copy_from_slice(q);
-                continue;
-            }
-            self.metric()
-                .prepare_query(q, n2, o)
-                .ok_or(SearchError::ZeroQuery { query: qi })?;
-        }
-        Ok(())
+    /// Values per query.
+    pub fn dim(&self) -> usize {
+        self.dim
     }
 
-    /// [`Index::prepare_rows`] on all cores for large batches (the GPU
-    /// pipeline writes straight into page-locked memory with it); returns the
-    /// queries' squared norms.
-    #[cfg(feature = "gpu")]
-    fn prepare_parallel(
-        &self,
-        queries: &[f32],
-        out: &mut [f32],
-        stored_space: bool,
-    ) -> Result<Vec<f32>, SearchError> {
-        const ROWS: usize = 256;
-        let sdim = self.raw.dim();
-        let qdim = if stored_space { sdim } else { self.dim() };
-        let mut norms = vec![0f32; queries.len() / qdim.max(1)];
-        if queries.len() < PARALLEL_VALUES {
-            self.prepare_rows(queries, out, &mut norms, stored_space)?;
-            return Ok(norms);
-        }
-        queries
-            .par_chunks(ROWS * qdim)
-            .zip(out.par_chunks_mut(ROWS * sdim))
-            .zip(norms.par_chunks_mut(ROWS))
-            .enumerate()
-            .try_for_each(|(ci, ((q, o), nr))| {
-                self.prepare_rows(q, o, nr, stored_space)
-                    .map_err(|e| match e {
-                        SearchError::ZeroQuery { query } => SearchError::ZeroQuery {
-                            query: query + ci * ROWS,
-                        },
-                        e => e,
-                    })
-            })?;
-        Ok(norms)
+    /// Queries in the batch.
+    pub fn len(&self) -> usize {
+        self.values.len() / self.dim
     }
 
-    /// Convert a stored-space squared L2 distance to the metric's distance.
-    fn report_distance(&self, d: f32, query_norm2: f32) -> f32 {
-        let max_norm = self.raw.header().max_norm;
-        self.metric().user_distance(d, query_norm2, max_norm)
+    /// Never true: an empty batch is refused by [`Queries::new`].
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
     }
 
-    /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each query.
-    pub fn search(
-        &self,
-        queries: &[f32],
-        k: usize,
-        p: &SearchParams,
-    ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, false)
-    }
-
-    /// Search queries already in the stored space (`nq x stored dim`: normalised
-    /// for cosine, augmented for inner product), returning squared L2 distances
-    /// in that space. The builder uses it to compute neighbour rows of the base
-    /// vectors themselves.
-    pub fn search_stored(
-        &self,
-        queries: &[f32],
-        k: usize,
-        p: &SearchParams,
-    ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, true)
-    }
-
-    fn search_batch(
-        &self,
-        queries: &[f32],
-        k: usize,
-        p: &SearchParams,
-        stored_space: bool,
-    ) -> Result<SearchResults, SearchError> {
-        let qdim = if stored_space {
-            self.raw.dim()
-        } else {
-            self.dim()
-        };
-        let nq = self.check(queries, k, p, qdim)?;
-        let plan = SearchPlan::new(self.raw.header(), p, k);
-        let sdim = self.raw.dim();
-        let width = self.engine.map.width();
-        let w = self.engine.sketch_width;
-        let mut ids = vec![0u32; nq * k];
-        let mut dists = vec![0f32; nq * k];
-        let chunk_out: Vec<Result<SearchStats, SearchError>> = ids
-            .par_chunks_mut(QUERY_CHUNK * k)
-            .zip(dists.par_chunks_mut(QUERY_CHUNK * k))
-            .enumerate()
-            .map_init(
-                || {
-                    (
-                        engine::Scratch::new(&self.engine, &plan, self.len()),
-                        Vec::new(),
-                        Vec::new(),
-                        Vec::new(),
-                        Vec::new(),
-                        Vec::new(),
-                    )
-                },
-                |(scratch, stored, norms, pcs, z, qs), (ci, (id_out, d_out))| {
-                    let q0 = ci * QUERY_CHUNK;
-                    let qn = id_out.len() / k;
-                    self.prepare(
-                        &queries[q0 * qdim..(q0 + qn) * qdim],
-                        stored,
-                        norms,
-                        stored_space,
-                    )?;
-                    z.resize(qn * width, 0.0);
-                    self.engine.map.project_batch(stored, pcs, z, false);
-                    self.engine.sketch_coords(pcs, qs);
-                    scratch.stats = SearchStats::default();
-                    for i in 0..qn {
-                        self.engine.search_one(
-                            &self.raw,
-                            &z[i * width..(i + 1) * width],
-                            &qs[i * w..(i + 1) * w],
-                            &stored[i * sdim..(i + 1) * sdim],
-                            &plan,
-                            scratch,
-                            &mut id_out[i * k..(i + 1) * k],
-                            &mut d_out[i * k..(i + 1) * k],
-                        );
-                        if !stored_space {
-                            for d in &mut d_out[i * k..(i + 1) * k] {
-                                *d = self.report_distance(*d, norms[i]);
-                            }
-                        }
-                    }
-                    Ok(scratch.stats)
-                },
-            )
-            .collect();
-        let mut stats = SearchStats::default();
-        for r in chunk_out {
-            stats.add(&r?);
-        }
-        Ok(SearchResults {
-            k,
-            ids,
-            distances: dists,
-            stats,
-        })
-    }
-
-    /// Search one query (single-query latency path; runs on the calling thread).
-    pub fn search_one(
-        &self,
-        query: &[f32],
-        k: usize,
-        p: &SearchParams,
-    ) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
-        let mut searcher = self.searcher(p);
-        searcher.search(query, k)
-    }
-
-    /// A reusable single-query searcher that keeps its scratch between calls.
-    pub fn searcher(&self, p: &SearchParams) -> Searcher<'_> {
-        Searcher {
-            index: self,
-            params: *p,
-            scratch: engine::Scratch::new(
-                &self.engine,
-                &SearchPlan::new(self.raw.header(), p, 1),
-                self.len(),
-            ),
-            stored: Vec::new(),
-            norms: Vec::new(),
-            pcs: Vec::new(),
-            z: Vec::new(),
-            qs: Vec::new(),
-        }
-    }
-}
-
-/// Searches one query at a time on the calling thread, reusing its buffers.
-pub struct Searcher<'a> {
-    index: &'a Index,
-    params: SearchParams,
-    scratch: engine::Scratch,
-    stored: Vec<f32>,
-    norms: Vec<f32>,
-    pcs: Vec<f32>,
-    z: Vec<f32>,
-    qs: Vec<f32>,
-}
-
-impl Searcher<'_> {
-    pub fn search(&mut self, query: &[f32], k: usize) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
-        let ix = self.index;
-        if query.len() != ix.dim() {
+    /// The values, after checking that rows have `expected` values.
+    pub(crate) fn with_dim(&self, expected: usize) -> Result<&'a [f32], SearchError> {
+        if self.dim != expected {
             return Err(SearchError::Dimension {
-                expected: ix.dim(),
-                got: query.len(),
+                expected,
+                got: self.dim,
             });
         }
-        ix.check(query, k, &self.params, ix.dim())?;
-        let plan = SearchPlan::new(ix.raw.header(), &self.params, k);
-        ix.prepare(query, &mut self.stored, &mut self.norms, false)?;
-        self.z.resize(ix.engine.map.width(), 0.0);
-        ix.engine
-            .map
-            .project_batch(&self.stored, &mut self.pcs, &mut self.z, false);
-        ix.engine.sketch_coords(&self.pcs, &mut self.qs);
-        let mut ids = vec![0u32; k];
-        let mut d = vec![0f32; k];
-        ix.engine.search_one(
-            &ix.raw,
-            &self.z,
-            &self.qs,
-            &self.stored,
-            &plan,
-            &mut self.scratch,
-            &mut ids,
-            &mut d,
-        );
-        for v in &mut d {
-            *v = ix.report_distance(*v, self.norms[0]);
-        }
-        Ok((ids, d))
+        Ok(self.values)
     }
 }

@@ -7,7 +7,8 @@
 use octex_kernels::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
-use super::{batch_view, capture, BatchBuffers, GpuSearcher, MAX_GRAPHS};
+use super::batch::{batch_view, capture, BatchBuffers};
+use super::{GpuSearcher, MAX_GRAPHS};
 use crate::{SearchError, SearchPlan, SearchStats};
 use octex_kernels::layout::{
     BatchView, STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES,

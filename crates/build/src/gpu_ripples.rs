@@ -19,7 +19,7 @@ use octex_lattice::CopyMap;
 use crate::gpu_centre_knn::{GpuProjectedIvf, IvfScratch};
 use crate::gpu_sort_builder::{GpuRippleBuilder, LevelOut, LevelRipples};
 use crate::progress::Stage;
-use crate::ripples::{self, copy_rotation, FlatRipples, RippleSpec};
+use crate::ripples::{copy_rotation, FlatRipples, RippleSpec};
 use crate::spacing::{self, Probe, SpacingChoice, SpacingTargets};
 use crate::BuildError;
 
@@ -285,7 +285,7 @@ pub fn build_all(
     Ok(flat)
 }
 
-/// [`ripples::choose_probes`] with the inverted file on the GPU (built over
+/// [`crate::probes::choose_probes`] with the inverted file on the GPU (built over
 /// `z`, copy `copy`'s projection, from the host).
 pub fn choose_probes(
     g: &Gpu,
@@ -318,7 +318,7 @@ pub fn choose_probes(
         g.download(&out, &mut found)?;
         Ok(found)
     };
-    Ok(ripples::choose_probes_with(
+    Ok(crate::probes::choose_probes_with(
         map, copy, z, spec, samples, search,
     )?)
 }

@@ -45,6 +45,7 @@ use no_gpu::{gpu_ripples, gpu_rows};
 pub mod knn;
 pub mod params;
 pub mod pca;
+pub mod probes;
 pub mod progress;
 pub mod ripples;
 pub mod rows;

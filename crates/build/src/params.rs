@@ -35,10 +35,10 @@ pub struct BuildParams {
     /// Inverted-file lists probed per fragment centre when the ripples are
     /// searched ([`RippleRule::Nearest`] with `pmin < l`), of `sqrt(n)` lists.
     /// Default: chosen from the data, the fewest of
-    /// [`crate::ripples::PROBE_LADDER`] whose lists hold
-    /// [`crate::ripples::PROBE_TARGET_RECALL`] of the exact `l` nearest for the
+    /// [`crate::probes::PROBE_LADDER`] whose lists hold
+    /// [`crate::probes::PROBE_TARGET_RECALL`] of the exact `l` nearest for the
     /// fragments that sample vectors of copy 0 read, else the last (see
-    /// `ripples::choose_probes`).
+    /// `probes::choose_probes`).
     pub ripple_probes: Option<usize>,
     /// Smallest fragment (members) that gets a stored ripple, `pmin`. Default 1
     /// below 2M vectors, 2 up to 20M, 10 above (memory).

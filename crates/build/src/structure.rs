@@ -128,7 +128,7 @@ pub(crate) fn structure(
     if spec.searches() && p.ripple_probes.is_none() {
         let (probes, recall) = report.phase("ripple_probes", || match &gpu {
             Some(g) => gpu_ripples::choose_probes(g, &map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES),
-            None => Ok(ripples::choose_probes(
+            None => Ok(probes::choose_probes(
                 &map,
                 0,
                 &z0,
@@ -163,7 +163,7 @@ pub(crate) fn structure(
     })?;
     pb_ripples.finish();
     report.ripple_recall = report.phase("ripple_recall", || {
-        ripples::stored_ripple_recall(&map, 0, &z0, &flat, p.list_len, RIPPLE_RECALL_SAMPLES)
+        probes::stored_ripple_recall(&map, 0, &z0, &flat, p.list_len, RIPPLE_RECALL_SAMPLES)
     });
     drop(z0);
     tracing::info!(

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use octex_build::{Backend, BuildParams, RowMethod, SizeEstimate};
 use octex_index::{Metric, VectorDtype};
@@ -134,9 +134,19 @@ pub fn resolve_base(
     metric: Option<Metric>,
     root: &Path,
 ) -> Result<(Vec<f32>, usize, Metric)> {
-    if Path::new(base).is_file() {
-        let (v, d) = data::read_vectors(Path::new(base))?;
+    let path = Path::new(base);
+    if path.is_file() {
+        let (v, d) = data::read_vectors(path)?;
         return Ok((v, d, metric.unwrap_or(Metric::L2)));
+    }
+    // A path (a separator or a file extension) that is not there is a missing
+    // file, not a data set to fetch.
+    let looks_like_path = base.contains(['/', '\\']) || path.extension().is_some();
+    if looks_like_path && !path.join("manifest.json").exists() {
+        if path.is_dir() {
+            bail!("{base}: a folder without manifest.json (pass a vector file or a data set name)");
+        }
+        bail!("{base}: no such file");
     }
     let ds = data::Dataset::open(base, root)?;
     let (v, d) = data::read_vectors(&ds.base())?;
@@ -144,6 +154,9 @@ pub fn resolve_base(
 }
 
 pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
+    // Before the build, not after it: the output must be writable.
+    octex_index::atomic::check_writable(&args.out)
+        .with_context(|| format!("--out {}", args.out.display()))?;
     let (base, dim, metric) = resolve_base(&args.base, args.metric, root)?;
     let params = args.flags.params(args.backend)?;
     let n = base.len() / dim;

@@ -58,7 +58,9 @@ use structure::structure;
 use std::borrow::Cow;
 use std::time::Instant;
 
-use octex_index::{Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, VectorDtype};
+use octex_index::{
+    Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, VectorDtype, VectorProblem,
+};
 use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -84,8 +86,12 @@ pub enum BuildError {
     TooFewDims { dim: usize },
     #[error("vector {row}, coordinate {col} is {value}: vectors must be finite")]
     NotFinite { row: usize, col: usize, value: f32 },
+    #[error("dimension {dim} is above the {max} the builder takes (its PCA holds dim x dim values)")]
+    DimensionTooLarge { dim: usize, max: usize },
     #[error("vector {row} has zero norm and cannot be normalised for the cosine metric")]
     ZeroVector { row: usize },
+    #[error("vector {row} has squared norm {norm2:e}, above {max:e}: squared distances would overflow f32; scale the data down", max = octex_index::MAX_SQUARED_NORM)]
+    HugeVector { row: usize, norm2: f64 },
     #[error("{n} vectors exceed the u32 id space")]
     TooMany { n: usize },
     #[error("invalid parameter: {0}")]
@@ -152,6 +158,11 @@ impl BuildReport {
     }
 }
 
+/// Widest vectors the builder takes: its PCA holds a `dim x dim` covariance
+/// in `f32` and `f64` and an eigendecomposition (about `24 dim^2` bytes, 6 GiB
+/// here), checked before anything is allocated.
+pub const MAX_DIM: usize = 16_384;
+
 /// Check and prepare the vectors for `metric`: finite, normalised (cosine) or
 /// augmented (inner product). Returns the stored vectors, their dimension and,
 /// for inner product, the largest norm.
@@ -169,6 +180,9 @@ pub fn prepare(
     if data.is_empty() {
         return Err(BuildError::Empty);
     }
+    if dim > MAX_DIM {
+        return Err(BuildError::DimensionTooLarge { dim, max: MAX_DIM });
+    }
     if let Some(i) = data.iter().position(|v| !v.is_finite()) {
         return Err(BuildError::NotFinite {
             row: i / dim,
@@ -180,31 +194,35 @@ pub fn prepare(
     if n >= octex_index::PAD_ID as usize {
         return Err(BuildError::TooMany { n });
     }
+    // The rules are `Metric`'s (octex-index), shared with the search: norms
+    // in f64, zero norms refused for cosine, huge ones for L2 and inner product.
+    let norms: Vec<f64> = data.par_chunks(dim).map(Metric::squared_norm).collect();
+    let refuse = |row: usize, problem: VectorProblem| match problem {
+        VectorProblem::ZeroNorm => BuildError::ZeroVector { row },
+        VectorProblem::TooLarge { norm2 } => BuildError::HugeVector { row, norm2 },
+    };
+    for (row, &n2) in norms.iter().enumerate() {
+        metric.check_norm(n2).map_err(|p| refuse(row, p))?;
+    }
     if metric == Metric::L2 {
         return Ok((Cow::Borrowed(data), dim, 0.0));
     }
-    // The rules are `Metric`'s (octex-index), shared with the search.
-    let norms: Vec<f32> = data
-        .chunks_exact(dim)
-        .map(|r| r.iter().map(|v| v * v).sum::<f32>())
-        .collect();
     let max2 = match metric {
-        Metric::InnerProduct => norms.iter().cloned().fold(0.0f32, f32::max),
+        Metric::InnerProduct => norms.iter().cloned().fold(0.0f64, f64::max),
         Metric::L2 | Metric::Cosine => 0.0,
     };
     let sdim = metric.stored_dim(dim);
     let mut out = vec![0f32; n * sdim];
-    for (row, ((r, &n2), o)) in data
-        .chunks_exact(dim)
+    out.par_chunks_mut(sdim)
+        .zip(data.par_chunks(dim))
         .zip(&norms)
-        .zip(out.chunks_exact_mut(sdim))
         .enumerate()
-    {
-        metric
-            .prepare_base(r, n2, max2, o)
-            .ok_or(BuildError::ZeroVector { row })?;
-    }
-    Ok((Cow::Owned(out), sdim, max2.sqrt()))
+        .try_for_each(|(row, ((o, r), &n2))| {
+            metric
+                .prepare_base(r, n2, max2, o)
+                .map_err(|p| refuse(row, p))
+        })?;
+    Ok((Cow::Owned(out), sdim, max2.sqrt() as f32))
 }
 
 /// A built index and what the build measured.
@@ -246,10 +264,17 @@ pub fn build_with_progress(
             8 * p.blocks
         )));
     }
-    if p.copies == 0 || p.list_len == 0 || p.sketch_width % 16 != 0 || p.sketch_width == 0 {
-        return Err(BuildError::Param(
-            "copies and list_len must be positive, sketch_width a positive multiple of 16".into(),
-        ));
+    let max_sw = octex_index::MAX_SKETCH_WIDTH as usize;
+    if p.copies == 0
+        || p.list_len == 0
+        || p.sketch_width % 16 != 0
+        || p.sketch_width == 0
+        || p.sketch_width > max_sw
+    {
+        return Err(BuildError::Param(format!(
+            "copies and list_len must be positive, sketch_width a multiple of 16 from 16 to {max_sw} (got {})",
+            p.sketch_width
+        )));
     }
     let x: &[f32] = &stored;
     let gpu = open_gpu(params.backend)?;

@@ -67,6 +67,29 @@ impl std::fmt::Display for Metric {
     }
 }
 
+/// Most E8 blocks per copy (`8 b <= 64` projected coordinates: the search
+/// engines' fixed buffers).
+pub const MAX_BLOCKS: u32 = 8;
+
+/// Widest int8 sketch, in bytes per vector (a multiple of 16; the GPU kernel
+/// reads rows of at most six 16-byte chunks).
+pub const MAX_SKETCH_WIDTH: u32 = 96;
+
+/// Largest squared norm an L2 or inner-product vector may have (norms up to
+/// `1e15`): stored-space squared distances, the builder's `f32` covariance
+/// sums and the sketch then stay finite in `f32`. Cosine vectors are
+/// normalised and have no such bound.
+pub const MAX_SQUARED_NORM: f64 = 1e30;
+
+/// Why a vector cannot enter a metric's stored space.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+pub enum VectorProblem {
+    #[error("zero norm: cosine distance is undefined")]
+    ZeroNorm,
+    #[error("squared norm {norm2:e} is above {max:e}: squared distances would overflow f32; scale the data down", max = MAX_SQUARED_NORM)]
+    TooLarge { norm2: f64 },
+}
+
 /// How each metric maps vectors into the stored space (where every metric is
 /// searched as squared L2) and stored-space distances back: the one place
 /// the builder and both search backends take these rules from.
@@ -79,53 +102,80 @@ impl Metric {
         }
     }
 
+    /// `|x|^2`, summed in `f64`: finite for every finite `x` (an `f32` sum of
+    /// squares overflows to infinity from about `1e19` per coordinate).
+    pub fn squared_norm(x: &[f32]) -> f64 {
+        x.iter().map(|&v| v as f64 * v as f64).sum()
+    }
+
+    /// Why a vector cannot enter the stored space of this metric, if it
+    /// cannot: a zero norm (cosine), or a squared norm above
+    /// [`MAX_SQUARED_NORM`] (L2 and inner product, whose stored-space squared
+    /// distances would overflow `f32`). Cosine takes any finite nonzero
+    /// vector: it is normalised in `f64`.
+    pub fn check_norm(self, norm2: f64) -> Result<(), VectorProblem> {
+        match self {
+            Metric::Cosine if norm2 == 0.0 => Err(VectorProblem::ZeroNorm),
+            Metric::L2 | Metric::InnerProduct if norm2 > MAX_SQUARED_NORM => {
+                Err(VectorProblem::TooLarge { norm2 })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Write base vector `x` into `out` (`stored_dim` values): as it is (L2),
-    /// divided by its norm (cosine; `None` when the norm is zero), or with
-    /// `sqrt(M^2 - |x|^2)` appended (inner product; `max_norm2` is `M^2`,
-    /// `norm2` is `|x|^2`).
+    /// divided by its norm (cosine), or with `sqrt(M^2 - |x|^2)` appended
+    /// (inner product; `max_norm2` is `M^2`). `norm2` is
+    /// [`Metric::squared_norm`] of `x`; [`Metric::check_norm`] decides what
+    /// is refused.
     pub fn prepare_base(
         self,
         x: &[f32],
-        norm2: f32,
-        max_norm2: f32,
+        norm2: f64,
+        max_norm2: f64,
         out: &mut [f32],
-    ) -> Option<()> {
+    ) -> Result<(), VectorProblem> {
+        self.check_norm(norm2)?;
         match self {
             Metric::L2 => out.copy_from_slice(x),
             Metric::Cosine => {
-                let norm = norm2.sqrt();
-                if norm == 0.0 {
-                    return None;
-                }
-                out.iter_mut().zip(x).for_each(|(o, v)| *o = v / norm);
+                let inv = 1.0 / norm2.sqrt();
+                out.iter_mut()
+                    .zip(x)
+                    .for_each(|(o, &v)| *o = (v as f64 * inv) as f32);
             }
             Metric::InnerProduct => {
                 out[..x.len()].copy_from_slice(x);
-                out[x.len()] = (max_norm2 - norm2).max(0.0).sqrt();
+                out[x.len()] = (max_norm2 - norm2).max(0.0).sqrt() as f32;
             }
         }
-        Some(())
+        Ok(())
     }
 
     /// Write query `q` into `out` (`stored_dim` values): as it is (L2), times
-    /// the inverse of its norm (cosine; `None` when `norm2 = |q|^2` is zero),
-    /// or with `0` appended (inner product).
-    pub fn prepare_query(self, q: &[f32], norm2: f32, out: &mut [f32]) -> Option<()> {
+    /// the inverse of its norm (cosine), or with `0` appended (inner
+    /// product). `norm2` is [`Metric::squared_norm`] of `q`.
+    pub fn prepare_query(
+        self,
+        q: &[f32],
+        norm2: f64,
+        out: &mut [f32],
+    ) -> Result<(), VectorProblem> {
+        self.check_norm(norm2)?;
         match self {
             Metric::L2 => out.copy_from_slice(q),
             Metric::Cosine => {
-                if norm2 == 0.0 {
-                    return None;
-                }
                 let inv = 1.0 / norm2.sqrt();
-                out.iter_mut().zip(q).for_each(|(o, v)| *o = v * inv);
+                out.iter_mut()
+                    .zip(q)
+                    .for_each(|(o, &v)| *o = (v as f64 * inv) as f32);
             }
             Metric::InnerProduct => {
                 out[..q.len()].copy_from_slice(q);
                 out[q.len()] = 0.0;
             }
         }
-        Some(())
+        Ok(())
     }
 
     /// The metric's distance from a stored-space squared L2 distance `d`:
@@ -274,7 +324,7 @@ pub(crate) fn align_up(v: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::Metric;
+    use super::{Metric, VectorProblem};
 
     fn sq_dist(a: &[f32], b: &[f32]) -> f32 {
         a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
@@ -286,8 +336,7 @@ mod tests {
     fn stored_space_distances_convert_to_each_metric() {
         let x = [3.0f32, -1.0, 2.0];
         let q = [0.5f32, 2.0, -1.5];
-        let norm2 = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
-        let (xn, qn) = (norm2(&x), norm2(&q));
+        let (xn, qn) = (Metric::squared_norm(&x), Metric::squared_norm(&q));
         let dot: f32 = x.iter().zip(&q).map(|(a, b)| a * b).sum();
         for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
             let sd = metric.stored_dim(3);
@@ -295,21 +344,57 @@ mod tests {
             let (mut xs, mut qs) = (vec![0f32; sd], vec![0f32; sd]);
             metric.prepare_base(&x, xn, max2, &mut xs).unwrap();
             metric.prepare_query(&q, qn, &mut qs).unwrap();
-            let got = metric.user_distance(sq_dist(&xs, &qs), qn, max2.sqrt());
+            let got = metric.user_distance(sq_dist(&xs, &qs), qn as f32, max2.sqrt() as f32);
             let want = match metric {
                 Metric::L2 => sq_dist(&x, &q),
-                Metric::Cosine => 1.0 - dot / (xn.sqrt() * qn.sqrt()),
+                Metric::Cosine => 1.0 - dot / (xn.sqrt() * qn.sqrt()) as f32,
                 Metric::InnerProduct => -dot,
             };
             assert!((got - want).abs() < 1e-4, "{metric}: {got} vs {want}");
-            assert_eq!(metric.user_distance(f32::INFINITY, qn, 1.0), f32::INFINITY);
+            assert_eq!(
+                metric.user_distance(f32::INFINITY, qn as f32, 1.0),
+                f32::INFINITY
+            );
         }
         let mut out = [0f32; 3];
-        assert!(Metric::Cosine
-            .prepare_query(&[0.0; 3], 0.0, &mut out)
-            .is_none());
-        assert!(Metric::Cosine
-            .prepare_base(&[0.0; 3], 0.0, 0.0, &mut out)
-            .is_none());
+        assert_eq!(
+            Metric::Cosine.prepare_query(&[0.0; 3], 0.0, &mut out),
+            Err(VectorProblem::ZeroNorm)
+        );
+        assert_eq!(
+            Metric::Cosine.prepare_base(&[0.0; 3], 0.0, 0.0, &mut out),
+            Err(VectorProblem::ZeroNorm)
+        );
+    }
+
+    /// Huge and tiny finite vectors: cosine normalises them in f64 (no
+    /// overflow to infinity, no underflow to a false zero norm); L2 and inner
+    /// product refuse squared norms whose distances would overflow f32.
+    #[test]
+    fn huge_and_tiny_norms_are_exact_or_refused() {
+        let mut out = [0f32; 3];
+        for scale in [1e-30f32, 1e30, 5e37] {
+            let q = [3.0 * scale, 0.0, -4.0 * scale];
+            let n2 = Metric::squared_norm(&q);
+            assert!(n2.is_finite() && n2 > 0.0, "{scale}");
+            Metric::Cosine.prepare_query(&q, n2, &mut out).unwrap();
+            assert!(
+                (out[0] - 0.6).abs() < 1e-6 && (out[2] + 0.8).abs() < 1e-6,
+                "{out:?}"
+            );
+        }
+        let big = [1e20f32, 0.0, 0.0];
+        let n2 = Metric::squared_norm(&big);
+        for m in [Metric::L2, Metric::InnerProduct] {
+            let mut o = vec![0f32; m.stored_dim(3)];
+            assert!(matches!(
+                m.prepare_query(&big, n2, &mut o),
+                Err(VectorProblem::TooLarge { .. })
+            ));
+        }
+        let fine = [1e14f32, 0.0, 0.0];
+        Metric::L2
+            .prepare_query(&fine, Metric::squared_norm(&fine), &mut out)
+            .unwrap();
     }
 }

@@ -22,7 +22,10 @@ mod index;
 pub mod table;
 pub mod vecfile;
 
-pub use format::{IndexHeader, Metric, SectionKind, VectorDtype, FORMAT_VERSION};
+pub use format::{
+    IndexHeader, Metric, SectionKind, VectorDtype, VectorProblem, FORMAT_VERSION, MAX_BLOCKS,
+    MAX_SKETCH_WIDTH, MAX_SQUARED_NORM,
+};
 pub use index::{Index, IndexError, IndexParts, LoadOptions, RerankVectors, RerankView};
 pub use table::{TableEntry, PAD_ID};
 pub use vecfile::{Dtype, VectorFile, VectorFileError};

@@ -61,7 +61,7 @@ impl Index {
             self.dim()
         };
         let nq = self.check(queries, k, p, qdim)?;
-        let plan = SearchPlan::new(self.raw.header(), p, k);
+        let plan = SearchPlan::new(self.raw.header(), p, k)?;
         let sdim = self.raw.dim();
         let width = self.engine.map.width();
         let w = self.engine.sketch_width;
@@ -135,18 +135,19 @@ impl Index {
         k: usize,
         p: &SearchParams,
     ) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
-        let mut searcher = self.searcher(p);
+        let mut searcher = self.searcher(p)?;
         searcher.search(query, k)
     }
 
-    /// A reusable single-query searcher that keeps its scratch between calls.
-    pub fn searcher(&self, p: &SearchParams) -> Searcher<'_> {
-        Searcher {
+    /// A reusable single-query searcher that keeps its scratch between calls
+    /// (an error when `p` is past what one query may use).
+    pub fn searcher(&self, p: &SearchParams) -> Result<Searcher<'_>, SearchError> {
+        Ok(Searcher {
             index: self,
             params: *p,
             scratch: engine::Scratch::new(
                 &self.engine,
-                &SearchPlan::new(self.raw.header(), p, 1),
+                &SearchPlan::new(self.raw.header(), p, 1)?,
                 self.len(),
             ),
             stored: Vec::new(),
@@ -154,7 +155,7 @@ impl Index {
             pcs: Vec::new(),
             z: Vec::new(),
             qs: Vec::new(),
-        }
+        })
     }
 }
 
@@ -180,7 +181,7 @@ impl Searcher<'_> {
             });
         }
         ix.check(query, k, &self.params, ix.dim())?;
-        let plan = SearchPlan::new(ix.raw.header(), &self.params, k);
+        let plan = SearchPlan::new(ix.raw.header(), &self.params, k)?;
         ix.prepare(query, &mut self.stored, &mut self.norms, false)?;
         self.z.resize(ix.engine.map.width(), 0.0);
         ix.engine

@@ -135,8 +135,12 @@ impl GpuSearcher {
     }
 
     /// Shared memory one query's block needs with these parameters.
-    pub fn shared_memory_per_query(&self, k: usize, p: &SearchParams) -> usize {
-        let plan = SearchPlan::new(self.index.raw.header(), p, k);
+    pub fn shared_memory_per_query(
+        &self,
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<usize, SearchError> {
+        let plan = SearchPlan::new(self.index.raw.header(), p, k)?;
         let v = batch_view(
             &self.dev.view.view,
             &self.slots[0].buffers,
@@ -144,7 +148,7 @@ impl GpuSearcher {
             &plan,
             &self.gpu,
         );
-        SearchSmem::new(&self.dev.view.view, &v).total as usize
+        Ok(SearchSmem::new(&self.dev.view.view, &v).total as usize)
     }
 
     /// The shared memory `view`'s blocks need, or why the device cannot give
@@ -234,6 +238,6 @@ impl GpuSearcher {
             index.dim()
         };
         let nq = index.check(queries, k, p, qdim)?;
-        Ok((nq, SearchPlan::new(index.raw.header(), p, k)))
+        Ok((nq, SearchPlan::new(index.raw.header(), p, k)?))
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use octex_index::Metric;
+use octex_index::{Metric, VectorProblem};
 use rayon::prelude::*;
 
 use crate::{engine, simd, SearchError, SearchParams};
@@ -169,15 +169,22 @@ impl Index {
             .zip(out.chunks_exact_mut(sdim))
             .zip(norms.iter_mut());
         for (qi, ((q, o), norm)) in rows.enumerate() {
-            let n2: f32 = q.iter().map(|v| v * v).sum();
-            *norm = n2;
+            let n2 = Metric::squared_norm(q);
+            // Bounded below MAX_SQUARED_NORM where the metric reads it (inner
+            // product); cosine ignores it.
+            *norm = n2 as f32;
             if stored_space {
                 o.copy_from_slice(q);
                 continue;
             }
             self.metric()
                 .prepare_query(q, n2, o)
-                .ok_or(SearchError::ZeroQuery { query: qi })?;
+                .map_err(|problem| match problem {
+                    VectorProblem::ZeroNorm => SearchError::ZeroQuery { query: qi },
+                    VectorProblem::TooLarge { norm2 } => {
+                        SearchError::HugeQuery { query: qi, norm2 }
+                    }
+                })?;
         }
         Ok(())
     }
@@ -210,6 +217,10 @@ impl Index {
                     .map_err(|e| match e {
                         SearchError::ZeroQuery { query } => SearchError::ZeroQuery {
                             query: query + ci * ROWS,
+                        },
+                        SearchError::HugeQuery { query, norm2 } => SearchError::HugeQuery {
+                            query: query + ci * ROWS,
+                            norm2,
                         },
                         e => e,
                     })

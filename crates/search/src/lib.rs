@@ -52,7 +52,7 @@ pub use engine::SearchStats;
 pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
 pub use index::{Index, IndexInner};
 pub use octex_index::Index as RawIndex;
-pub use plan::SearchPlan;
+pub use plan::{SearchPlan, MAX_ENTRIES, MAX_WAVES};
 
 /// Whether this program can search on a GPU: built with the `gpu` feature,
 /// a CUDA driver loads and reports at least one device. For embedders that
@@ -125,10 +125,18 @@ pub enum SearchError {
     },
     #[error("query {query} has zero norm: cosine distance is undefined")]
     ZeroQuery { query: usize },
+    #[error("query {query} has squared norm {norm2:e}, above {max:e}: squared distances would overflow f32; scale the data down", max = octex_index::MAX_SQUARED_NORM)]
+    HugeQuery { query: usize, norm2: f64 },
     #[error("k = {k} exceeds the {n} vectors in the index")]
     KAboveCount { k: usize, n: usize },
     #[error("invalid search parameters: {0}")]
     Params(String),
+    #[error("{what} = {value} is above the {max} one query may use")]
+    TooLarge {
+        what: &'static str,
+        value: usize,
+        max: usize,
+    },
     #[error("backend unavailable: {0}")]
     BackendUnavailable(String),
     #[error(transparent)]

@@ -1,7 +1,32 @@
-//! Validation of an index's bytes before any view of them is handed out:
-//! header, section table, checksums, and every id and table bound.
+//! Validation of an index's bytes before any view of them is handed out.
+//!
+//! A file that loads can be searched on the CPU and the GPU without a panic,
+//! a hang or an out-of-bounds read, because `validate` guarantees:
+//!
+//! - **Framing**: magic, format version, header length and checksum; every
+//!   section present once, in order, 64-byte aligned, inside the file, with
+//!   its checksum (unless `LoadOptions::verify_checksums` is off); no byte
+//!   after the last section.
+//! - **Header**: every count positive; `n < 2^32 - 1` (ids fit `u32` beside
+//!   `PAD_ID`); `dim = metric.stored_dim(input_dim)` (inner product stores one
+//!   more); `m <= dim`, `8 b <= m_c <= m`; `b <= MAX_BLOCKS`; the sketch
+//!   width a multiple of 16 up to `MAX_SKETCH_WIDTH`; `max_norm` finite and
+//!   not negative.
+//! - **Sizes**: each section holds exactly the bytes the header implies
+//!   (checked multiplications), ripples whole lists.
+//! - **Values**: mean, basis, bias, rotation, shifts, sketch scales and rerank
+//!   vectors finite; spacings positive, finite and ascending.
+//! - **Ids**: every neighbour-row and ripple id `< n` or `PAD_ID`.
+//! - **Key tables**: capacity zero or a power of two at least twice the
+//!   fragments; slots and ripples inside their arrays; every occupied slot
+//!   (key not `EMPTY_KEY`) names a fragment `< fragments`, and exactly
+//!   `fragments` slots are occupied, so a lookup always meets a free slot.
+//!
+//! What a search adds on top (the query, `k`, the parameters) is checked by
+//! `octex-search` (`SearchPlan`).
 
 use super::*;
+use crate::table::EMPTY_KEY;
 
 impl Index {
     pub(super) fn validate(
@@ -101,6 +126,12 @@ impl Index {
             ranges[i] = start..end;
             prev_end = end;
         }
+        if bytes.len() != prev_end {
+            return Err(invalid(format!(
+                "{} bytes follow the last section",
+                bytes.len() - prev_end
+            )));
+        }
 
         // Sizes implied by the header.
         let h = &header;
@@ -126,6 +157,33 @@ impl Index {
         }
         if n >= PAD_ID as usize {
             return Err(invalid(format!("{n} vectors exceed the u32 id space")));
+        }
+        // Shapes the search engines are built for (fixed-size buffers, SIMD
+        // and GPU loops), and the metric's stored dimension.
+        let input_dim = h.input_dim as usize;
+        if input_dim == 0 || h.metric.stored_dim(input_dim) != dim {
+            return Err(invalid(format!(
+                "metric {} with input dimension {input_dim} stores {} dimensions, the header says {dim}",
+                h.metric,
+                h.metric.stored_dim(input_dim)
+            )));
+        }
+        if h.blocks > MAX_BLOCKS {
+            return Err(invalid(format!(
+                "{} blocks per copy, at most {MAX_BLOCKS} are supported",
+                h.blocks
+            )));
+        }
+        if sw % 16 != 0 || sw > MAX_SKETCH_WIDTH as usize {
+            return Err(invalid(format!(
+                "sketch width {sw} is not a multiple of 16 up to {MAX_SKETCH_WIDTH}"
+            )));
+        }
+        if !(h.max_norm.is_finite() && h.max_norm >= 0.0) {
+            return Err(invalid(format!(
+                "max_norm {} is not a finite norm",
+                h.max_norm
+            )));
         }
         let vsize = match h.vector_dtype {
             VectorDtype::F16 => 2,
@@ -205,6 +263,17 @@ impl Index {
         if !ids_ok(index.ripples()) {
             return Err(index.invalid("a ripple holds an id out of range".into()));
         }
+        let vectors_finite = match index.vectors() {
+            RerankView::F32(v) => v
+                .par_chunks(1 << 20)
+                .all(|c| c.iter().all(|x| x.is_finite())),
+            RerankView::F16(v) => v
+                .par_chunks(1 << 20)
+                .all(|c| c.iter().all(|x| x.is_finite())),
+        };
+        if !vectors_finite {
+            return Err(index.invalid("a rerank vector holds a non-finite value".into()));
+        }
         for (t, e) in index.tables().iter().enumerate() {
             let cap = e.capacity as usize;
             let ok = (cap == 0 || cap.is_power_of_two())
@@ -218,12 +287,31 @@ impl Index {
             if !ok {
                 return Err(index.invalid(format!("key table {t} is out of bounds")));
             }
-            let ids = &index.table_slots()[e.slot_offset as usize..e.slot_offset as usize + cap];
-            if ids
-                .iter()
-                .any(|&s| s != u32::MAX && s as u64 >= e.fragments)
-            {
-                return Err(index.invalid(format!("key table {t} names a fragment out of range")));
+            // An occupied slot (any key but EMPTY_KEY) names a stored fragment
+            // of this table, and exactly `fragments` slots are occupied: a
+            // lookup reads only in-range ripples and always meets a free slot.
+            let range = e.slot_offset as usize..e.slot_offset as usize + cap;
+            let (keys, ids) = (
+                &index.table_keys()[range.clone()],
+                &index.table_slots()[range],
+            );
+            let mut occupied = 0u64;
+            for (&k, &s) in keys.iter().zip(ids) {
+                if k != EMPTY_KEY {
+                    occupied += 1;
+                    if s as u64 >= e.fragments {
+                        return Err(index.invalid(format!(
+                            "key table {t} names fragment {s} of {}",
+                            e.fragments
+                        )));
+                    }
+                }
+            }
+            if occupied != e.fragments {
+                return Err(index.invalid(format!(
+                    "key table {t} holds {occupied} keys for {} fragments",
+                    e.fragments
+                )));
             }
         }
         Ok(index)

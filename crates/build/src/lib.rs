@@ -86,7 +86,9 @@ pub enum BuildError {
     TooFewDims { dim: usize },
     #[error("vector {row}, coordinate {col} is {value}: vectors must be finite")]
     NotFinite { row: usize, col: usize, value: f32 },
-    #[error("dimension {dim} is above the {max} the builder takes (its PCA holds dim x dim values)")]
+    #[error(
+        "dimension {dim} is above the {max} the builder takes (its PCA holds dim x dim values)"
+    )]
     DimensionTooLarge { dim: usize, max: usize },
     #[error("vector {row} has zero norm and cannot be normalised for the cosine metric")]
     ZeroVector { row: usize },

@@ -82,7 +82,9 @@ pub fn decode_d8_plain<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     for i in 0..8 {
         let r = (x[i] + T::HALF).floor();
         f[i] = r.to_i32();
-        sum += f[i];
+        // Wrapping: coordinates past the i32 range (saturated by `to_i32`)
+        // decode to a meaningless point but never overflow.
+        sum = sum.wrapping_add(f[i]);
         let err = (x[i] - r).abs();
         // Selects, not branches: the data decide these about half the time.
         let better = err > worst_err;
@@ -101,7 +103,7 @@ pub fn decode_d8_plain<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     let step = if xw >= T::from_i32(fw) { 1 } else { -1 };
     let adjust = step * (sum & 1);
     for (i, fi) in f.iter_mut().enumerate() {
-        *fi += if i == worst { adjust } else { 0 };
+        *fi = fi.wrapping_add(if i == worst { adjust } else { 0 });
     }
     let mut d = T::ZERO;
     for i in 0..8 {
@@ -116,7 +118,7 @@ pub fn decode_d8_plain<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
 #[inline]
 pub fn decode_d8<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     let (f, d) = decode_d8_plain(x);
-    (f.map(|v| 2 * v), d)
+    (f.map(|v| v.wrapping_mul(2)), d)
 }
 
 /// Nearest point of E8 to `x`, as doubled coordinates (all even or all odd),
@@ -128,7 +130,10 @@ pub fn decode_e8<T: LatticeFloat>(x: &[T; 8]) -> ([i32; 8], T) {
     let (b, db) = decode_d8_plain(&shifted);
     let coset = (db < da) as i32;
     // Branchless select: 2a (even) or 2b + 1 (odd).
-    let p: [i32; 8] = core::array::from_fn(|i| 2 * (a[i] + coset * (b[i] - a[i])) + coset);
+    let p: [i32; 8] = core::array::from_fn(|i| {
+        let v = a[i].wrapping_add(coset.wrapping_mul(b[i].wrapping_sub(a[i])));
+        v.wrapping_mul(2).wrapping_add(coset)
+    });
     let d = if db < da { db } else { da };
     (p, d)
 }

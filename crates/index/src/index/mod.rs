@@ -260,6 +260,39 @@ impl Index {
         Self::validate(Storage::Mapped(map), format!("{}: ", path.display()), opts)
     }
 
+    /// Validate an index held in memory (a file's bytes, copied): what
+    /// [`Index::load_with`] does without the file (network transfers, fuzzing).
+    pub fn from_bytes(bytes: &[u8], opts: LoadOptions) -> Result<Self, IndexError> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Self::validate(Storage::Owned(words, bytes.len()), String::new(), opts)
+    }
+
+    /// Owned copies of every section, to edit and assemble again with
+    /// [`Index::from_parts`] (which validates the result).
+    pub fn to_parts(&self) -> IndexParts {
+        IndexParts {
+            header: self.header.clone(),
+            mean: self.mean().to_vec(),
+            basis: self.basis().to_vec(),
+            basis_bias: self.basis_bias().to_vec(),
+            rotation: self.rotation().to_vec(),
+            shifts: self.shifts().to_vec(),
+            spacings: self.spacings().to_vec(),
+            sketch_scales: self.sketch_scales().to_vec(),
+            sketch: self.sketch().to_vec(),
+            rows: self.rows().to_vec(),
+            tables: self.tables().to_vec(),
+            table_keys: self.table_keys().to_vec(),
+            table_slots: self.table_slots().to_vec(),
+            ripples: self.ripples().to_vec(),
+            vectors: match self.vectors() {
+                RerankView::F16(v) => RerankVectors::F16(v.to_vec()),
+                RerankView::F32(v) => RerankVectors::F32(v.to_vec()),
+            },
+        }
+    }
+
     /// Write the index atomically (temporary file, fsync, rename).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), IndexError> {
         let path = path.as_ref();

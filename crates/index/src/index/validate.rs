@@ -5,8 +5,8 @@
 //!
 //! - **Framing**: magic, format version, header length and checksum; every
 //!   section present once, in order, 64-byte aligned, inside the file, with
-//!   its checksum (unless `LoadOptions::verify_checksums` is off); no byte
-//!   after the last section.
+//!   its checksum (unless `LoadOptions::verify_checksums` is off); zero
+//!   padding between sections; no byte after the last section.
 //! - **Header**: every count positive; `n < 2^32 - 1` (ids fit `u32` beside
 //!   `PAD_ID`); `dim = metric.stored_dim(input_dim)` (inner product stores one
 //!   more); `m <= dim`, `8 b <= m_c <= m`; `b <= MAX_BLOCKS`; the sketch
@@ -110,6 +110,14 @@ impl Index {
                 .ok_or_else(|| invalid(format!("{kind:?} overflows")))?;
             if start % SECTION_ALIGN != 0 || start < prev_end {
                 return Err(invalid(format!("{kind:?} at offset {start} is misplaced")));
+            }
+            // The alignment padding before a section is zeros, as written: no
+            // byte of a valid file lies outside the header and the checksums.
+            if bytes[prev_end..start.min(bytes.len())]
+                .iter()
+                .any(|&b| b != 0)
+            {
+                return Err(invalid(format!("the padding before {kind:?} is not zero")));
             }
             if end > bytes.len() {
                 return Err(truncated(format!(

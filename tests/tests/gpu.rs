@@ -416,3 +416,44 @@ fn index_and_gpu_searcher_live_in_one_struct() {
         assert_eq!(found.ids(0)[0], 0, "the GPU finds the base vector too");
     }
 }
+
+/// Corrupted files that still load (checksums off) search on the GPU without
+/// a device fault: the validator's invariants are what the kernel relies on.
+/// After each search the device must still answer a known index correctly.
+#[test]
+fn mutated_files_that_load_search_on_the_gpu_without_fault() {
+    let Some(_gpu) = gpu_or_skip("mutated_files_that_load_search_on_the_gpu_without_fault") else {
+        return;
+    };
+    let dim = 16;
+    let base = clustered(2_000, dim, 8, 3);
+    let queries = clustered(64, dim, 8, 4);
+    let built = octex_build::build(&base, dim, Metric::L2, &test_params()).unwrap();
+    let good = Index::new(
+        octex_index::Index::from_bytes(built.index.as_bytes(), octex_index::LoadOptions::default())
+            .unwrap(),
+    );
+    let p = SearchParams::default();
+    let want = good.search(&queries, 10, &p).unwrap();
+    let off = octex_index::LoadOptions {
+        verify_checksums: false,
+    };
+    let (mut searched, mut refused) = (0, 0);
+    for (what, bytes) in octex_tests::mutated_files(&built.index, 400, 21) {
+        let Ok(raw) = octex_index::Index::from_bytes(&bytes, off) else {
+            refused += 1;
+            continue;
+        };
+        let ix = Index::new(raw);
+        let mut g = ix.gpu(&GpuOptions::default()).unwrap();
+        // Errors (a refused plan) are fine; a fault is not.
+        match g.search(&queries, 10, &p) {
+            Ok(_) | Err(octex_search::SearchError::Params(_)) => searched += 1,
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+    let mut g = good.gpu(&GpuOptions::default()).unwrap();
+    assert_eq!(g.search(&queries, 10, &p).unwrap().ids, want.ids);
+    eprintln!("{searched} mutated indexes searched on the GPU, {refused} refused at load");
+    assert!(searched > 50);
+}

@@ -251,3 +251,26 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         r.sizes.total() as f64 / n.max(1) as f64
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `--base` that names a missing file says so (not "fetch it"); a bare
+    /// unknown name still points at `fetch`; an `--out` in a missing folder is
+    /// refused before any build.
+    #[test]
+    fn missing_paths_get_clear_messages() {
+        let root = std::env::temp_dir().join(format!("octex-xtask-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let err = |base: &str| resolve_base(base, None, &root).err().unwrap().to_string();
+        assert_eq!(err("bad/nope.fvecs"), "bad/nope.fvecs: no such file");
+        assert_eq!(err("nope.fvecs"), "nope.fvecs: no such file");
+        assert!(err(root.to_str().unwrap()).contains("without manifest.json"));
+        assert!(err("nope").contains("cargo xtask fetch nope"));
+        let out = root.join("missing/x.octex");
+        let e = octex_index::atomic::check_writable(&out).unwrap_err();
+        assert!(e.to_string().contains("no such folder"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -65,7 +65,7 @@ pub struct GpuSearcher {
     copy_stream: std::sync::Arc<CudaStream>,
     /// The slot of the last batch (what `replay_seconds` replays).
     last_slot: usize,
-    graphs: HashMap<BatchView, CudaGraph>,
+    graphs: Graphs,
     max_batch: usize,
     stored: Vec<f32>,
     norms: Vec<f32>,
@@ -76,6 +76,32 @@ pub struct GpuSearcher {
 impl From<DriverError> for SearchError {
     fn from(e: DriverError) -> Self {
         SearchError::Gpu(GpuError::Driver(e))
+    }
+}
+
+/// The captured graphs, one per batch shape and parameter set.
+#[derive(Default)]
+struct Graphs(HashMap<BatchView, CudaGraph>);
+
+// SAFETY: a CUDA graph and its executable belong to the searcher's context,
+// not to a thread: the driver lets any thread launch or destroy them as long
+// as calls on one graph are serialized (cudarc's `CudaGraph::launch` makes the
+// context current itself). The graphs are reached only through `&mut
+// GpuSearcher` (the searcher is not `Sync`), so one thread at a time uses
+// them; moving the searcher to another thread is then sound, as it is for
+// the buffers and streams beside them.
+unsafe impl Send for Graphs {}
+
+impl std::ops::Deref for Graphs {
+    type Target = HashMap<BatchView, CudaGraph>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Graphs {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
     }
 }
 
@@ -109,7 +135,7 @@ impl Index {
             slots,
             copy_stream,
             last_slot: 0,
-            graphs: HashMap::new(),
+            graphs: Graphs::default(),
             max_batch,
             stored: Vec::new(),
             norms: Vec::new(),

@@ -1,0 +1,164 @@
+//! Parameters chosen for a recall target: [`Index::params_for_recall`] walks a
+//! fixed ladder of search parameters, cheapest first, and returns the first
+//! whose recall@k on a sample of the index's own vectors reaches the target.
+//!
+//! The sample: [`TUNE_QUERIES`] stored vectors spread over the index, turned
+//! into queries as the metric stores queries (inner product: the extra
+//! coordinate set to 0), searched for `k + 1` neighbours with the query's own
+//! id removed, against exact neighbours computed on the fly (brute force over
+//! the rerank vectors, the own id removed too). Leave-one-out keeps the
+//! estimate honest: a vector always finds itself.
+
+use octex_index::{Metric, RerankView};
+use rayon::prelude::*;
+
+use crate::{Index, SearchError, SearchParams};
+
+/// Sample vectors used as queries.
+pub const TUNE_QUERIES: usize = 256;
+
+/// What the sample's recall must exceed the target by (its standard error at
+/// recall 0.99 and k = 10 is about 0.002).
+pub const TUNE_MARGIN: f64 = 0.002;
+
+/// The ladder, cheapest first (`r`, `S`, `W`, `R`).
+const LADDER: [(usize, usize, usize, usize); 12] = [
+    (8, 16, 1, 16),
+    (16, 16, 2, 32),
+    (16, 32, 2, 32),
+    (16, 32, 3, 64),
+    (16, 64, 3, 64),
+    (16, 64, 3, 128),
+    (32, 96, 4, 128),
+    (32, 128, 4, 256),
+    (32, 192, 5, 256),
+    (64, 256, 5, 512),
+    (64, 384, 6, 768),
+    (64, 512, 6, 1024),
+];
+
+impl Index {
+    /// The cheapest parameters of the ladder whose leave-one-out recall@`k`
+    /// on the sample reaches `target` (plus [`TUNE_MARGIN`]); the last rung
+    /// when none does (its measured recall is returned beside it, so the
+    /// caller can tell). Costs one brute-force pass of the sample over the
+    /// index and a few searches of it.
+    pub fn params_for_recall(
+        &self,
+        target: f64,
+        k: usize,
+    ) -> Result<(SearchParams, f64), SearchError> {
+        if !(target > 0.0 && target <= 1.0) {
+            return Err(SearchError::Params(format!(
+                "recall target {target} is not in (0, 1]"
+            )));
+        }
+        let n = self.len();
+        if k == 0 || k + 1 > n {
+            return Err(SearchError::KAboveCount { k: k + 1, n });
+        }
+        let sdim = self.raw.dim();
+        let picks: Vec<usize> = (0..TUNE_QUERIES.min(n))
+            .map(|i| i * n / TUNE_QUERIES.min(n))
+            .collect();
+        let stored = |id: usize, out: &mut [f32]| match self.raw.vectors() {
+            RerankView::F16(v) => out
+                .iter_mut()
+                .zip(&v[id * sdim..(id + 1) * sdim])
+                .for_each(|(o, x)| *o = x.to_f32()),
+            RerankView::F32(v) => out.copy_from_slice(&v[id * sdim..(id + 1) * sdim]),
+        };
+        let mut queries = vec![0f32; picks.len() * sdim];
+        for (q, &id) in queries.chunks_exact_mut(sdim).zip(&picks) {
+            stored(id, q);
+            if self.metric() == Metric::InnerProduct {
+                q[sdim - 1] = 0.0;
+            }
+        }
+        let truth = exact_neighbours(self, &queries, &picks, k, &stored);
+        let mut best = (SearchParams::default(), 0.0);
+        for (read_depth, start_points, waves, rerank) in LADDER {
+            let p = SearchParams {
+                read_depth,
+                start_points,
+                waves,
+                rerank,
+            };
+            let res = self.search_stored(&queries, k + 1, &p)?;
+            let mut hits = 0usize;
+            for (qi, &own) in picks.iter().enumerate() {
+                let found = res.ids(qi).iter().filter(|&&id| id as usize != own).take(k);
+                hits += found
+                    .filter(|id| truth[qi * k..(qi + 1) * k].contains(id))
+                    .count();
+            }
+            let recall = hits as f64 / (picks.len() * k) as f64;
+            best = (p, recall);
+            if recall >= target + TUNE_MARGIN {
+                break;
+            }
+        }
+        Ok(best)
+    }
+}
+
+/// The exact `k` nearest stored vectors of each query (squared L2 in the
+/// stored space, the query's own id left out).
+fn exact_neighbours(
+    index: &Index,
+    queries: &[f32],
+    own: &[usize],
+    k: usize,
+    stored: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Vec<u32> {
+    let (n, sdim) = (index.len(), index.raw.dim());
+    let nq = own.len();
+    // Per chunk of base vectors, each query's best k; then merged.
+    let chunk = 4096;
+    let partial: Vec<Vec<(f32, u32)>> = (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .map(|c| {
+            let mut row = vec![0f32; sdim];
+            let mut best: Vec<Vec<(f32, u32)>> = vec![Vec::with_capacity(k + 1); nq];
+            for id in c * chunk..((c + 1) * chunk).min(n) {
+                stored(id, &mut row);
+                for (qi, q) in queries.chunks_exact(sdim).enumerate() {
+                    if own[qi] == id {
+                        continue;
+                    }
+                    let d: f32 = q.iter().zip(&row).map(|(a, b)| (a - b) * (a - b)).sum();
+                    let b = &mut best[qi];
+                    if b.len() < k || d < b[b.len() - 1].0 {
+                        let at = b.partition_point(|e| e.0 <= d);
+                        b.insert(at, (d, id as u32));
+                        b.truncate(k);
+                    }
+                }
+            }
+            // Exactly k per query (padded), so query qi's are at qi * k.
+            best.into_iter()
+                .flat_map(|mut b| {
+                    b.resize(k, (f32::INFINITY, u32::MAX));
+                    b
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut out = vec![u32::MAX; nq * k];
+    for qi in 0..nq {
+        let mut all: Vec<(f32, u32)> = partial
+            .iter()
+            .flat_map(|p| p.iter().skip(qi * k).take(k).copied())
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (j, e) in all
+            .into_iter()
+            .filter(|e| e.1 != u32::MAX)
+            .take(k)
+            .enumerate()
+        {
+            out[qi * k + j] = e.1;
+        }
+    }
+    out
+}

@@ -1,0 +1,189 @@
+"""OctEx approximate nearest-neighbour search, from Python.
+
+    import octex
+    index = octex.build(base, metric="cosine")            # or octex.Index.load(path)
+    ids, dist = index.search(queries, k=10, recall=0.99)  # or params=octex.SearchParams(...)
+    index.save("glove.octex"); octex.gpu_available()
+
+Arrays: ``float32`` C-contiguous arrays are read in place; any other array
+(``float64``, Fortran order, a slice with strides, a list) is converted to
+``float32`` C order once, here, before the call. Results are ``(nq, k)``
+arrays that own the buffers Rust filled (no copy): ids ``uint32`` (a missing
+result is ``2**32 - 1``), distances ``float32`` (squared L2 for ``l2``,
+``1 - cos`` for ``cosine``, ``-<q, x>`` for ``ip``; ``inf`` when missing).
+
+Errors: ``ValueError`` for bad input or parameters, ``OSError`` for files
+(missing, damaged, another format version), ``RuntimeError`` for the GPU.
+The GIL is released while the index builds or searches.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from . import _octex
+from ._octex import SearchParams, gpu_available
+
+__all__ = ["Index", "SearchParams", "build", "gpu_available", "__version__"]
+__version__ = _octex.__version__
+
+
+def _as_matrix(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim == 1:
+        a = a.reshape(1, -1)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2-d array (n, dim), got shape {a.shape}")
+    if a.dtype.kind not in "fiu":
+        raise ValueError(f"{name} must hold numbers, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+class _Bars:
+    """Build progress on stderr: tqdm bars when tqdm is installed, else a line
+    per stage at every 10%."""
+
+    def __init__(self) -> None:
+        try:
+            from tqdm import tqdm  # type: ignore
+
+            self._tqdm = tqdm
+        except ImportError:
+            self._tqdm = None
+        self._bars: dict = {}
+        self._done: dict = {}
+
+    def __call__(self, event: str, stage: str, value: int) -> None:
+        if event == "start":
+            self._close(stage)
+            if self._tqdm is not None:
+                self._bars[stage] = self._tqdm(total=value, desc=stage, unit="step", file=sys.stderr)
+            else:
+                self._bars[stage] = [0, value, 0]
+        elif event == "advance" and stage in self._bars:
+            bar = self._bars[stage]
+            if self._tqdm is not None:
+                bar.update(value)
+            else:
+                bar[0] += value
+                tenth = bar[0] * 10 // max(bar[1], 1)
+                if tenth > bar[2]:
+                    bar[2] = tenth
+                    print(f"octex: {stage} {bar[0]}/{bar[1]}", file=sys.stderr, flush=True)
+        elif event == "finish":
+            self._close(stage)
+
+    def _close(self, stage: str) -> None:
+        bar = self._bars.pop(stage, None)
+        if bar is not None and self._tqdm is not None:
+            bar.close()
+
+
+class Index:
+    """An OctEx index: build it with :func:`build` or load it with
+    :meth:`Index.load`; search it on the CPU or the GPU; save it."""
+
+    def __init__(self, inner: "_octex.Index") -> None:
+        self._inner = inner
+
+    @staticmethod
+    def load(path) -> "Index":
+        """Load (memory-map) and validate an index file."""
+        return Index(_octex.Index.load(str(path)))
+
+    def save(self, path) -> None:
+        """Write the index atomically (temporary file, fsync, rename)."""
+        self._inner.save(str(path))
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the vectors it takes."""
+        return self._inner.dim
+
+    @property
+    def metric(self) -> str:
+        """``"l2"``, ``"cosine"`` or ``"ip"``."""
+        return self._inner.metric
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the index in bytes (as saved)."""
+        return self._inner.nbytes
+
+    def params_for_recall(self, recall: float, k: int = 10) -> Tuple[SearchParams, float]:
+        """The cheapest search parameters whose recall@k, measured on a sample
+        of the index's own vectors (each one's own id left out), reaches
+        ``recall``; and that measured recall."""
+        return self._inner.params_for_recall(float(recall), int(k))
+
+    def search(
+        self,
+        queries,
+        k: int = 10,
+        *,
+        recall: Optional[float] = None,
+        params: Optional[SearchParams] = None,
+        backend: str = "auto",
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """The ``k`` nearest of each query: ``(ids, distances)``, ``(nq, k)``.
+
+        ``recall``: tune the parameters for this recall@k once (cached per
+        target and ``k``); ``params``: explicit parameters; neither: the
+        defaults. ``backend``: ``"auto"`` (the GPU when usable), ``"cpu"``
+        or ``"gpu"`` (a ``RuntimeError`` where there is none)."""
+        q = _as_matrix(queries, "queries")
+        if isinstance(k, bool) or int(k) != k:
+            raise ValueError(f"k must be an integer, got {k!r}")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        return self._inner.search(q, int(k), params=params, recall=recall, backend=backend)
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+def build(
+    base,
+    metric: str = "l2",
+    *,
+    backend: str = "auto",
+    copies: Optional[int] = None,
+    list_len: Optional[int] = None,
+    row_len: Optional[int] = None,
+    sketch_width: Optional[int] = None,
+    vectors: str = "f16",
+    seed: Optional[int] = None,
+    progress: Optional[Callable[[str, str, int], None]] | bool = None,
+) -> Index:
+    """Build an index over ``base`` (``(n, dim)``).
+
+    ``metric``: ``"l2"``, ``"cosine"`` or ``"ip"``. ``backend``: where the
+    heavy phases run. ``copies`` (C), ``list_len`` (l), ``row_len`` (Lt),
+    ``sketch_width``: index sizes (defaults scale with n and dim).
+    ``vectors``: rerank precision, ``"f16"`` or ``"f32"``. ``progress``:
+    ``True`` for bars on stderr (tqdm when installed), a callable
+    ``f(event, stage, value)``, or ``None``/``False`` for silence (the
+    default unless stderr is a terminal)."""
+    b = _as_matrix(base, "base")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    callback = _Bars() if progress is True else (progress or None)
+    inner = _octex.build(
+        b,
+        metric=metric,
+        backend=backend,
+        copies=copies,
+        list_len=list_len,
+        row_len=row_len,
+        sketch_width=sketch_width,
+        vectors=vectors,
+        seed=seed,
+        progress=callback,
+    )
+    return Index(inner)

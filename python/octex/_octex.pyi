@@ -1,0 +1,51 @@
+"""Type stubs of the Rust extension module (see ``octex/__init__.py``)."""
+
+from os import PathLike
+from typing import Callable, Optional, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class SearchParams:
+    read_depth: int
+    start_points: int
+    waves: int
+    rerank: int
+    def __init__(self, read_depth: int = 16, start_points: int = 64, waves: int = 3, rerank: int = 32) -> None: ...
+
+class Index:
+    @staticmethod
+    def load(path: Union[str, PathLike]) -> Index: ...
+    def save(self, path: Union[str, PathLike]) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    def params_for_recall(self, recall: float, k: int = 10) -> Tuple[SearchParams, float]: ...
+    def search(
+        self,
+        queries: npt.NDArray[np.float32],
+        k: int = 10,
+        params: Optional[SearchParams] = None,
+        recall: Optional[float] = None,
+        backend: str = "auto",
+    ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]: ...
+
+def build(
+    base: npt.NDArray[np.float32],
+    metric: str = "l2",
+    backend: str = "auto",
+    copies: Optional[int] = None,
+    list_len: Optional[int] = None,
+    row_len: Optional[int] = None,
+    sketch_width: Optional[int] = None,
+    vectors: str = "f16",
+    seed: Optional[int] = None,
+    progress: Optional[Callable[[str, str, int], None]] = None,
+) -> Index: ...
+def gpu_available() -> bool: ...

@@ -1,0 +1,367 @@
+//! # octex-python
+//!
+//! The Rust half of the `octex` Python package (module `octex._octex`; the
+//! Python half in `octex/` adds dtype conversion, progress bars, type stubs
+//! and the Faiss drop-in). It binds the Rust API and adds nothing to it:
+//! `build` is `octex_build::build_with_progress`, `Index` is an
+//! `octex_search::Index` with its searchers, parameters are the Rust
+//! structs'. numpy arrays come in as `float32` C-contiguous views (no copy)
+//! and results go out as arrays that take over the Rust buffers (no copy);
+//! the GIL is released while Rust works. Errors become `ValueError` (bad
+//! input or parameters), `OSError` (files) or `RuntimeError` (the GPU).
+//!
+//! Place in the pipeline: on top of `octex-build` and `octex-search`.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use octex_build::{BuildError, BuildParams, Progress};
+use octex_index::{IndexError, Metric, VectorDtype};
+use octex_search::{Backend, BackendSearcher, GpuOptions, Index, SearchError, SearchParams};
+
+fn index_error(e: IndexError) -> PyErr {
+    // Every index error comes from a file (or bytes that stand for one).
+    PyOSError::new_err(e.to_string())
+}
+
+fn search_error(e: SearchError) -> PyErr {
+    match e {
+        SearchError::Index(e) => index_error(e),
+        SearchError::BackendUnavailable(_) => PyRuntimeError::new_err(e.to_string()),
+        #[allow(unreachable_patterns)]
+        e if e.to_string().starts_with("GPU backend") => PyRuntimeError::new_err(e.to_string()),
+        e => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn build_error(e: BuildError) -> PyErr {
+    match e {
+        BuildError::Search { source, .. } => search_error(source),
+        BuildError::Index(e) => index_error(e),
+        e @ BuildError::Gpu(_) => PyRuntimeError::new_err(e.to_string()),
+        e => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn parse<T: std::str::FromStr<Err = E>, E: std::fmt::Display>(what: &str, s: &str) -> PyResult<T> {
+    s.parse()
+        .map_err(|e| PyValueError::new_err(format!("{what} {s:?}: {e}")))
+}
+
+/// Search parameters: `read_depth` (r), `start_points` (S), `waves` (W),
+/// `rerank` (R). More of any: higher recall, slower.
+#[pyclass(module = "octex._octex", name = "SearchParams", from_py_object)]
+#[derive(Clone, Copy)]
+struct PySearchParams {
+    #[pyo3(get, set)]
+    read_depth: usize,
+    #[pyo3(get, set)]
+    start_points: usize,
+    #[pyo3(get, set)]
+    waves: usize,
+    #[pyo3(get, set)]
+    rerank: usize,
+}
+
+impl From<PySearchParams> for SearchParams {
+    fn from(p: PySearchParams) -> Self {
+        SearchParams {
+            read_depth: p.read_depth,
+            start_points: p.start_points,
+            waves: p.waves,
+            rerank: p.rerank,
+        }
+    }
+}
+
+impl From<SearchParams> for PySearchParams {
+    fn from(p: SearchParams) -> Self {
+        PySearchParams {
+            read_depth: p.read_depth,
+            start_points: p.start_points,
+            waves: p.waves,
+            rerank: p.rerank,
+        }
+    }
+}
+
+#[pymethods]
+impl PySearchParams {
+    #[new]
+    #[pyo3(signature = (read_depth=16, start_points=64, waves=3, rerank=32))]
+    fn new(read_depth: usize, start_points: usize, waves: usize, rerank: usize) -> Self {
+        PySearchParams {
+            read_depth,
+            start_points,
+            waves,
+            rerank,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SearchParams(read_depth={}, start_points={}, waves={}, rerank={})",
+            self.read_depth, self.start_points, self.waves, self.rerank
+        )
+    }
+
+    fn __eq__(&self, other: &Self) -> bool {
+        SearchParams::from(*self) == SearchParams::from(*other)
+    }
+}
+
+/// A loaded or built index. Search it on the CPU or the GPU; save it.
+#[pyclass(module = "octex._octex", name = "Index")]
+struct PyIndex {
+    index: Index,
+    /// The GPU searcher, opened at the first GPU search and kept (the index
+    /// stays in device memory between calls).
+    gpu: Mutex<Option<BackendSearcher>>,
+    /// Parameters tuned per (recall target, k), computed once each.
+    tuned: Mutex<Vec<((u64, usize), SearchParams)>>,
+}
+
+impl PyIndex {
+    fn new(index: Index) -> Self {
+        PyIndex {
+            index,
+            gpu: Mutex::new(None),
+            tuned: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn params_for(
+        &self,
+        recall: Option<f64>,
+        params: Option<PySearchParams>,
+        k: usize,
+    ) -> Result<SearchParams, SearchError> {
+        match (recall, params) {
+            (Some(_), Some(_)) => Err(SearchError::Params(
+                "pass recall or params, not both".into(),
+            )),
+            (None, Some(p)) => Ok(p.into()),
+            (None, None) => Ok(SearchParams::default()),
+            (Some(target), None) => {
+                let key = (target.to_bits(), k);
+                let mut tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((_, p)) = tuned.iter().find(|(kk, _)| *kk == key) {
+                    return Ok(*p);
+                }
+                let (p, _) = self.index.params_for_recall(target, k)?;
+                tuned.push((key, p));
+                Ok(p)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl PyIndex {
+    /// Load (memory-map) and validate an index file.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let index = py.detach(|| Index::load(&path)).map_err(search_error)?;
+        Ok(PyIndex::new(index))
+    }
+
+    /// Write the index atomically (temporary file, fsync, rename).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.index.raw().save(&path))
+            .map_err(index_error)
+    }
+
+    /// Vectors in the index.
+    fn __len__(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Dimension of the queries it takes.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.index.dim()
+    }
+
+    /// `"l2"`, `"cosine"` or `"ip"`.
+    #[getter]
+    fn metric(&self) -> String {
+        self.index.metric().to_string()
+    }
+
+    /// Bytes of the index (as saved).
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.index.raw().as_bytes().len()
+    }
+
+    /// The cheapest parameters whose recall@k on a sample of the index's own
+    /// vectors reaches `recall`, and that sample recall.
+    #[pyo3(signature = (recall, k=10))]
+    fn params_for_recall(
+        &self,
+        py: Python<'_>,
+        recall: f64,
+        k: usize,
+    ) -> PyResult<(PySearchParams, f64)> {
+        let (p, r) = py
+            .detach(|| self.index.params_for_recall(recall, k))
+            .map_err(search_error)?;
+        Ok((p.into(), r))
+    }
+
+    /// Search a `float32` C-contiguous `(nq, dim)` array for the `k` nearest
+    /// of each query: `(ids, distances)`, both `(nq, k)`, ids `uint32`
+    /// (missing entries `2**32 - 1`, distances `inf`).
+    #[pyo3(signature = (queries, k=10, params=None, recall=None, backend="auto"))]
+    #[allow(clippy::type_complexity)]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        params: Option<PySearchParams>,
+        recall: Option<f64>,
+        backend: &str,
+    ) -> PyResult<(Bound<'py, PyArray2<u32>>, Bound<'py, PyArray2<f32>>)> {
+        let backend: Backend = parse("backend", backend)?;
+        let (nq, dim) = (queries.shape()[0], queries.shape()[1]);
+        let values = queries
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let res = py
+            .detach(|| -> Result<_, SearchError> {
+                let p = self.params_for(recall, params, k)?;
+                let batch = octex_search::Queries::new(values, dim)?;
+                match backend.resolve()? {
+                    Backend::Gpu => {
+                        let mut slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
+                        if slot.is_none() {
+                            *slot = Some(self.index.open_on(Backend::Gpu, &GpuOptions::default())?);
+                        }
+                        slot.as_mut()
+                            .expect("opened above")
+                            .search_queries(batch, k, &p)
+                    }
+                    _ => self.index.search_queries(batch, k, &p),
+                }
+            })
+            .map_err(search_error)?;
+        let ids = Array2::from_shape_vec((nq, k), res.ids).expect("nq x k results");
+        let dists = Array2::from_shape_vec((nq, k), res.distances).expect("nq x k results");
+        Ok((ids.into_pyarray(py), dists.into_pyarray(py)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "octex.Index({} vectors, dim {}, {})",
+            self.index.len(),
+            self.index.dim(),
+            self.index.metric()
+        )
+    }
+}
+
+/// Forwards build progress to a Python callable `callback(event, stage,
+/// value)` (`event`: "start" with the total, "advance" with the steps,
+/// "finish"), taking the GIL for each call.
+struct PyProgress(Py<PyAny>);
+
+impl PyProgress {
+    fn call(&self, event: &str, stage: &str, value: u64) {
+        Python::attach(|py| {
+            // A failing callback must not stop the build: its error is shown.
+            if let Err(e) = self.0.call1(py, (event, stage, value)) {
+                e.print(py);
+            }
+        });
+    }
+}
+
+impl Progress for PyProgress {
+    fn start(&self, stage: &'static str, total: u64) {
+        self.call("start", stage, total);
+    }
+    fn advance(&self, stage: &'static str, steps: u64) {
+        self.call("advance", stage, steps);
+    }
+    fn finish(&self, stage: &'static str) {
+        self.call("finish", stage, 0);
+    }
+}
+
+/// Build an index over a `float32` C-contiguous `(n, dim)` array.
+#[pyfunction]
+#[pyo3(signature = (base, metric="l2", backend="auto", copies=None, list_len=None, row_len=None, sketch_width=None, vectors="f16", seed=None, progress=None))]
+#[allow(clippy::too_many_arguments)]
+fn build(
+    py: Python<'_>,
+    base: PyReadonlyArray2<'_, f32>,
+    metric: &str,
+    backend: &str,
+    copies: Option<usize>,
+    list_len: Option<usize>,
+    row_len: Option<usize>,
+    sketch_width: Option<usize>,
+    vectors: &str,
+    seed: Option<u64>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<PyIndex> {
+    let metric: Metric = parse("metric", metric)?;
+    let backend: Backend = parse("backend", backend)?;
+    let vector_dtype = match vectors {
+        "f16" | "float16" => VectorDtype::F16,
+        "f32" | "float32" => VectorDtype::F32,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "vectors {other:?}: f16 or f32"
+            )))
+        }
+    };
+    let dim = base.shape()[1];
+    let values = base
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("base must be C-contiguous"))?;
+    let mut params = BuildParams {
+        copies,
+        list_len,
+        row_len,
+        sketch_width,
+        backend,
+        vector_dtype,
+        ..Default::default()
+    };
+    if let Some(s) = seed {
+        params.seed = s;
+    }
+    let built = py
+        .detach(|| match progress {
+            Some(cb) => {
+                octex_build::build_with_progress(values, dim, metric, &params, &PyProgress(cb))
+            }
+            None => octex_build::build(values, dim, metric, &params),
+        })
+        .map_err(build_error)?;
+    Ok(PyIndex::new(Index::new(built.index)))
+}
+
+/// Whether a GPU can be used: built with the `gpu` feature, a CUDA driver
+/// loads and reports a device.
+#[pyfunction]
+fn gpu_available() -> bool {
+    octex_search::gpu_available()
+}
+
+#[pymodule]
+fn _octex(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyIndex>()?;
+    m.add_class::<PySearchParams>()?;
+    m.add_function(wrap_pyfunction!(build, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

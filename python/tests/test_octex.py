@@ -1,0 +1,190 @@
+"""The octex Python package against exact results, and its refusals."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import octex
+from octex.compat import faiss
+
+
+def clustered(n, dim, seed, clusters=16):
+    """A Gaussian mixture whose centres and spreads decay along the
+    coordinates, like real embeddings (as the Rust tests' data)."""
+    rng = np.random.default_rng(seed)
+    decay = 1.0 / (1.0 + np.arange(dim) / 6.0)
+    centres = 3.0 * rng.normal(size=(clusters, dim)) * decay
+    picks = rng.integers(0, clusters, n)
+    return (centres[picks] + rng.normal(size=(n, dim)) * decay).astype(np.float32)
+
+
+def exact(base, queries, k, metric="l2"):
+    if metric == "ip":
+        scores = -(queries @ base.T)
+    elif metric == "cosine":
+        b = base / np.linalg.norm(base, axis=1, keepdims=True)
+        q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+        scores = -(q @ b.T)
+    else:
+        scores = (queries**2).sum(1)[:, None] - 2 * queries @ base.T + (base**2).sum(1)[None, :]
+    return np.argsort(scores, axis=1, kind="stable")[:, :k]
+
+
+def recall(found, truth):
+    k = truth.shape[1]
+    return np.mean([len(set(f[:k]) & set(t)) / k for f, t in zip(found, truth)])
+
+
+@pytest.fixture(scope="module")
+def data():
+    return clustered(3000, 24, 1), clustered(100, 24, 2)
+
+
+@pytest.fixture(scope="module")
+def index(data):
+    return octex.build(data[0], metric="l2", progress=False)
+
+
+@pytest.mark.parametrize("metric", ["l2", "cosine", "ip"])
+def test_build_and_search_find_the_exact_neighbours(data, metric):
+    base, queries = data
+    ix = octex.build(base, metric=metric, progress=False)
+    ids, dist = ix.search(queries, k=10)
+    assert ids.shape == dist.shape == (100, 10)
+    assert ids.dtype == np.uint32 and dist.dtype == np.float32
+    assert recall(ids, exact(base, queries, 10, metric)) >= 0.9
+    assert np.all(np.diff(dist, axis=1) >= -1e-4), "nearest first"
+    assert len(ix) == 3000 and ix.dim == 24 and ix.metric == metric
+
+
+def test_save_and_load_round_trip(index, data, tmp_path):
+    path = tmp_path / "x.octex"
+    index.save(path)
+    again = octex.Index.load(path)
+    assert again.nbytes == index.nbytes == os.path.getsize(path)
+    a, b = index.search(data[1], 5), again.search(data[1], 5)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_params_and_recall_targets(index, data):
+    base, queries = data
+    truth = exact(base, queries, 10)
+    loose = octex.SearchParams(read_depth=8, start_points=8, waves=1, rerank=10)
+    tight = octex.SearchParams(read_depth=16, start_points=96, waves=4, rerank=128)
+    r_loose = recall(index.search(queries, 10, params=loose)[0], truth)
+    r_tight = recall(index.search(queries, 10, params=tight)[0], truth)
+    assert r_tight >= r_loose and r_tight >= 0.97
+    params, sample = index.params_for_recall(0.95, k=10)
+    assert sample >= 0.95 and isinstance(params, octex.SearchParams)
+    assert recall(index.search(queries, 10, recall=0.95)[0], truth) >= 0.93
+    with pytest.raises(ValueError, match="not both"):
+        index.search(queries, 10, recall=0.9, params=tight)
+
+
+def test_inputs_are_converted_once_or_refused(index, data):
+    base, queries = data
+    want = index.search(queries, 5)[0]
+    # float64, Fortran order, strided slices and lists are converted.
+    assert np.array_equal(index.search(queries.astype(np.float64), 5)[0], want)
+    assert np.array_equal(index.search(np.asfortranarray(queries), 5)[0], want)
+    wide = np.repeat(queries, 2, axis=0)[::2]
+    assert not wide.flags.c_contiguous or wide.base is not None
+    assert np.array_equal(index.search(wide, 5)[0], want)
+    assert np.array_equal(index.search(queries.tolist(), 5)[0], want)
+    one = index.search(queries[0], 5)[0]
+    assert one.shape == (1, 5) and np.array_equal(one[0], want[0])
+    with pytest.raises(ValueError, match="dimension"):
+        index.search(queries[:, :20], 5)
+    with pytest.raises(ValueError, match="numbers"):
+        index.search(np.array([["a"] * 24]), 5)
+    nan = queries.copy()
+    nan[3, 4] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        index.search(nan, 5)
+    with pytest.raises(ValueError):
+        index.search(queries, 0)
+    with pytest.raises(ValueError, match="exceeds"):
+        index.search(queries, 3001)
+    with pytest.raises(ValueError, match="empty"):
+        index.search(np.zeros((0, 24), np.float32), 5)
+    with pytest.raises(ValueError, match="backend"):
+        index.search(queries, 5, backend="tpu")
+    if not octex.gpu_available():
+        with pytest.raises(RuntimeError, match="CUDA|gpu"):
+            index.search(queries, 5, backend="gpu")
+    with pytest.raises(ValueError, match="metric"):
+        octex.build(base, metric="hamming")
+    with pytest.raises(ValueError, match="no vectors"):
+        octex.build(np.zeros((0, 24), np.float32))
+    bad = base[:100].copy()
+    bad[7, 0] = np.inf
+    with pytest.raises(ValueError, match="finite"):
+        octex.build(bad)
+
+
+def test_files_raise_os_errors(tmp_path, index):
+    with pytest.raises(OSError, match="No such file|not found|os error"):
+        octex.Index.load(tmp_path / "missing.octex")
+    path = tmp_path / "x.octex"
+    index.save(path)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(OSError, match="checksum"):
+        octex.Index.load(path)
+    with pytest.raises(OSError):
+        index.save(tmp_path / "no" / "such" / "dir.octex")
+
+
+def test_progress_reaches_the_callback(data):
+    events = []
+    octex.build(data[0][:1500], progress=lambda e, s, v: events.append((e, s, v)))
+    stages = {s for e, s, _ in events if e == "start"}
+    assert {"ripples"} <= stages, stages
+    assert any(e == "advance" for e, _, _ in events) and any(e == "finish" for e, _, _ in events)
+
+
+def test_searches_run_beside_other_threads(index, data):
+    results = [None] * 4
+
+    def work(i):
+        results[i] = index.search(data[1], 10)[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(r, results[0]) for r in results)
+
+
+@pytest.mark.parametrize("metric", [faiss.METRIC_L2, faiss.METRIC_INNER_PRODUCT])
+def test_faiss_drop_in_matches_faiss_conventions(data, metric):
+    base, queries = data
+    index = faiss.IndexHNSWFlat(24, 32, metric)
+    index.hnsw.efSearch = 64
+    index.train(base)
+    index.add(base[:2000])
+    index.add(base[2000:])
+    assert index.ntotal == 3000 and index.is_trained
+    D, I = index.search(queries, 10)
+    assert D.shape == I.shape == (100, 10) and D.dtype == np.float32 and I.dtype == np.int64
+    name = "ip" if metric == faiss.METRIC_INNER_PRODUCT else "l2"
+    truth = exact(base, queries, 10, name)
+    assert recall(I, truth) >= 0.9
+    if metric == faiss.METRIC_INNER_PRODUCT:
+        want = np.take_along_axis(queries @ base.T, I, axis=1)
+        assert np.all(np.diff(D, axis=1) <= 1e-3), "inner products, largest first"
+    else:
+        want = ((queries[:, None, :] - base[I]) ** 2).sum(-1)
+        assert np.all(np.diff(D, axis=1) >= -1e-3), "squared L2, smallest first"
+    np.testing.assert_allclose(D, want, rtol=2e-2, atol=2e-2)
+    # k above ntotal: Faiss pads with -1.
+    small = faiss.IndexHNSWFlat(24, 16, metric)
+    small.add(base[:5])
+    D, I = small.search(queries[:2], 8)
+    assert (I[:, 5:] == -1).all() and I.shape == (2, 8)
+    with pytest.raises(ValueError, match="shape"):
+        index.add(base[:, :10])

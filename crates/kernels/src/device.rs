@@ -203,6 +203,34 @@ impl Gpu {
         Ok(self.stream.synchronize()?)
     }
 
+    /// Copy `dst.len()` bytes from device address `src` (memory of this
+    /// device that the caller owns, e.g. a DLPack tensor's) to the host.
+    ///
+    /// # Safety
+    /// `src .. src + dst.len()` is live device memory of this context.
+    pub unsafe fn copy_from_device_address(
+        &self,
+        src: u64,
+        dst: &mut [u8],
+    ) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the caller's contract.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, src) }?;
+        Ok(())
+    }
+
+    /// Copy `src` to device address `dst` (memory of this device that the
+    /// caller owns).
+    ///
+    /// # Safety
+    /// `dst .. dst + src.len()` is live, writable device memory of this context.
+    pub unsafe fn copy_to_device_address(&self, src: &[u8], dst: u64) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the caller's contract.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(dst, src) }?;
+        Ok(())
+    }
+
     /// A new event; `timing`: it can measure elapsed time.
     pub fn event(&self, timing: bool) -> Result<CudaEvent, GpuError> {
         let flags = timing.then_some(sys::CUevent_flags::CU_EVENT_DEFAULT);

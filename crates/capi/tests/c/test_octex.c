@@ -1,0 +1,136 @@
+/* The C API from C: build over a Gaussian mixture, search, check the result
+   against brute force, save, load, search again, and the refusals (status
+   codes and messages). Exits 0 when every check holds; prints a summary
+   line. Usage: test_octex TMPDIR */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "octex.h"
+
+static int failed = 0, passed = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (cond) {                                            \
+      passed++;                                            \
+    } else {                                               \
+      failed++;                                            \
+      fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, " (last error: %s)\n", octex_last_error()); \
+    }                                                      \
+  } while (0)
+
+static DLTensor matrix(void* data, int64_t* shape, uint8_t code) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = 2;
+  t.dtype.code = code;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  return t;
+}
+
+static unsigned rng = 12345u;
+static float gauss(void) {
+  float u = 0;
+  for (int i = 0; i < 12; i++) {
+    rng = rng * 1664525u + 1013904223u;
+    u += (float)(rng >> 8) / 16777216.0f;
+  }
+  return u - 6.0f;
+}
+
+enum { N = 3000, NQ = 50, DIM = 16, K = 10 };
+
+int main(int argc, char** argv) {
+  const char* dir = argc > 1 ? argv[1] : ".";
+  static float base[N * DIM], queries[NQ * DIM], centres[8 * DIM];
+  for (int i = 0; i < 8 * DIM; i++) centres[i] = 3.0f * gauss() / (1.0f + (i % DIM) / 6.0f);
+  for (int i = 0; i < N + NQ; i++) {
+    float* row = i < N ? &base[i * DIM] : &queries[(i - N) * DIM];
+    int c = i % 8;
+    for (int j = 0; j < DIM; j++) row[j] = centres[c * DIM + j] + gauss() / (1.0f + j / 6.0f);
+  }
+  int64_t bshape[2] = {N, DIM}, qshape[2] = {NQ, DIM}, oshape[2] = {NQ, K};
+  DLTensor tb = matrix(base, bshape, kDLFloat), tq = matrix(queries, qshape, kDLFloat);
+  static uint32_t ids[NQ * K];
+  static float dist[NQ * K];
+  DLTensor ti = matrix(ids, oshape, kDLUInt), td = matrix(dist, oshape, kDLFloat);
+
+  OctexIndex* index = NULL;
+  CHECK(octex_build(&tb, "l2", "cpu", &index) == OCTEX_STATUS_OK, "build");
+  CHECK(octex_len(index) == N && octex_dim(index) == DIM, "len %zu dim %zu", octex_len(index), octex_dim(index));
+  OctexSearchParams p = octex_search_params_default();
+  p.rerank = 64;
+  CHECK(octex_search(index, &tq, K, &p, "cpu", &ti, &td) == OCTEX_STATUS_OK, "search");
+
+  /* Recall@10 against brute force. */
+  int hits = 0;
+  for (int q = 0; q < NQ; q++) {
+    float best[K];
+    for (int j = 0; j < K; j++) best[j] = INFINITY;
+    for (int i = 0; i < N; i++) {
+      float d = 0;
+      for (int j = 0; j < DIM; j++) {
+        float e = queries[q * DIM + j] - base[i * DIM + j];
+        d += e * e;
+      }
+      if (d < best[K - 1]) {
+        int at = K - 1;
+        while (at > 0 && best[at - 1] > d) { best[at] = best[at - 1]; at--; }
+        best[at] = d;
+      }
+    }
+    for (int j = 0; j < K; j++) hits += dist[q * K + j] <= best[K - 1] * 1.002f + 1e-6f;
+  }
+  double recall = (double)hits / (NQ * K);
+  CHECK(recall >= 0.9, "recall@10 %.3f", recall);
+
+  char path[4096];
+  snprintf(path, sizeof path, "%s/c_api.octex", dir);
+  CHECK(octex_save(index, path) == OCTEX_STATUS_OK, "save");
+  OctexIndex* again = NULL;
+  CHECK(octex_load(path, &again) == OCTEX_STATUS_OK, "load");
+  static uint32_t ids2[NQ * K];
+  DLTensor ti2 = matrix(ids2, oshape, kDLUInt);
+  CHECK(octex_search(again, &tq, K, &p, NULL, &ti2, &td) == OCTEX_STATUS_OK, "search after load");
+  CHECK(memcmp(ids, ids2, sizeof ids) == 0, "same ids after the round trip");
+
+  /* Refusals: status codes and messages. */
+  int64_t wrong[2] = {NQ, DIM - 1};
+  DLTensor tw = matrix(queries, wrong, kDLFloat);
+  CHECK(octex_search(index, &tw, K, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "wrong dim");
+  CHECK(strstr(octex_last_error(), "dimension") != NULL, "message: %s", octex_last_error());
+  CHECK(octex_search(index, &tq, N + 1, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "k > n");
+  float saved = queries[5];
+  queries[5] = NAN;
+  CHECK(octex_search(index, &tq, K, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "NaN");
+  queries[5] = saved;
+  DLTensor tu = matrix(queries, qshape, kDLUInt);
+  CHECK(octex_search(index, &tu, K, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "dtype");
+  int64_t small[2] = {NQ, K - 1};
+  DLTensor ts = matrix(ids, small, kDLUInt);
+  CHECK(octex_search(index, &tq, K, NULL, NULL, &ts, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "output shape");
+  CHECK(octex_search(index, &tq, K, NULL, "tpu", &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "backend name");
+  if (!octex_gpu_available())
+    CHECK(octex_search(index, &tq, K, NULL, "gpu", &ti, &td) == OCTEX_STATUS_GPU, "gpu without a device");
+  else
+    CHECK(octex_search(index, &tq, K, NULL, "gpu", &ti, &td) == OCTEX_STATUS_OK, "gpu search");
+  CHECK(octex_build(&tb, "hamming", NULL, &again) == OCTEX_STATUS_INVALID_ARGUMENT, "metric name");
+  CHECK(octex_search(NULL, &tq, K, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "null index");
+  OctexIndex* none = NULL;
+  snprintf(path, sizeof path, "%s/missing.octex", dir);
+  CHECK(octex_load(path, &none) == OCTEX_STATUS_IO && none == NULL, "missing file");
+  CHECK(octex_search_params_default().waves == 3, "defaults");
+
+  octex_free(index);
+  octex_free(again);
+  octex_free(NULL);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}

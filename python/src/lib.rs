@@ -256,6 +256,32 @@ impl PyIndex {
         Ok((ids.into_pyarray(py), dists.into_pyarray(py)))
     }
 
+    /// Seconds per call of the Rust search alone (CPU, default parameters)
+    /// over `reps` calls, for measuring the Python layer's overhead
+    /// (`examples/python/overhead.py`).
+    fn _rust_search_seconds(
+        &self,
+        py: Python<'_>,
+        queries: PyReadonlyArray2<'_, f32>,
+        k: usize,
+        reps: usize,
+    ) -> PyResult<f64> {
+        let dim = queries.shape()[1];
+        let values = queries
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let p = SearchParams::default();
+        py.detach(|| {
+            let t = std::time::Instant::now();
+            for _ in 0..reps.max(1) {
+                let batch = octex_search::Queries::new(values, dim)?;
+                std::hint::black_box(self.index.search_queries(batch, k, &p)?);
+            }
+            Ok(t.elapsed().as_secs_f64() / reps.max(1) as f64)
+        })
+        .map_err(search_error)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "octex.Index({} vectors, dim {}, {})",

@@ -30,9 +30,16 @@ fn the_c_test_program_passes() {
         .arg(&bin)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&bin).arg(tmp.path()).output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&run.stderr));
-    assert!(run.status.success() && stdout.contains(" 0 failed"), "the C checks failed");
+    assert!(
+        run.status.success() && stdout.contains(" 0 failed"),
+        "the C checks failed"
+    );
 }

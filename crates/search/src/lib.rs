@@ -60,9 +60,15 @@ pub use tune::{TUNE_MARGIN, TUNE_QUERIES};
 /// a CUDA driver loads and reports at least one device. For embedders that
 /// choose a backend before opening one (`Index::gpu` then fails only for
 /// reasons of that device).
+///
+/// Asked of the driver once per process (loading it costs tens of
+/// microseconds, too much for every batch-1 search that resolves `auto`).
 pub fn gpu_available() -> bool {
     #[cfg(feature = "gpu")]
-    return octex_kernels::driver_available();
+    {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVAILABLE.get_or_init(octex_kernels::driver_available)
+    }
     #[cfg(not(feature = "gpu"))]
     false
 }

@@ -16,8 +16,16 @@
 //! the index in device memory, one CUDA graph per batch shape running cuBLAS
 //! projections and the `wave_search` kernel of `octex-kernels`). The GPU
 //! backend is the `gpu` cargo feature (on by default); with
-//! `default-features = false` no CUDA crate is compiled. Place in the
-//! pipeline: after `octex-build`; depends on `octex-index` (the layout) and
+//! `default-features = false` no CUDA crate is compiled. [`Backend`] and
+//! [`Index::open_on`] are the one place a backend is chosen (`auto` takes the
+//! GPU when [`gpu_available`]); [`Queries`] carries a batch's shape;
+//! [`Index::params_for_recall`] picks parameters for a recall target.
+//!
+//! Files: `index.rs` (the shared [`Index`], input checks, query
+//! preparation), `plan.rs` ([`SearchPlan`] and its bounds), `cpu.rs` and
+//! `engine.rs` (the CPU backend), `simd.rs`, `visited.rs`, `gpu.rs` and
+//! `gpu/` (the GPU backend), `backend.rs`, `tune.rs`. Place in the pipeline:
+//! after `octex-build`; depends on `octex-index` (the layout) and
 //! `octex-lattice` (the decoders).
 //!
 //! ```no_run

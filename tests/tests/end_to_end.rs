@@ -509,3 +509,36 @@ fn params_for_recall_reach_the_target_on_held_back_queries() {
     assert!(index.params_for_recall(1.5, 10).is_err());
     assert!(index.params_for_recall(0.9, index.len()).is_err());
 }
+
+/// A sketch wider than 96 bytes (up to D) ranks better: at a small rerank
+/// depth, where the sketch decides what gets reranked, recall rises with
+/// the width on 128-d data; widths past D (rounded up to 16) are refused.
+#[test]
+fn wider_sketches_rank_better() {
+    let dim = 128;
+    let all = clustered(9_000, dim, 6, 41);
+    let (base, queries) = all.split_at(8_000 * dim);
+    let truth = brute_force(base, queries, dim, 10);
+    let p = SearchParams {
+        rerank: 10,
+        ..SearchParams::default()
+    };
+    let mut recalls = Vec::new();
+    for width in [32, 128] {
+        let params = BuildParams {
+            sketch_width: Some(width),
+            ..test_params()
+        };
+        let index = octex_search::Index::new(build(base, dim, Metric::L2, &params).unwrap().index);
+        assert_eq!(index.raw().header().sketch_width as usize, width);
+        let r = recall(&index.search(queries, 10, &p).unwrap().ids, &truth, 10);
+        eprintln!("sketch width {width}: recall@10 at R = 10: {r:.4}");
+        recalls.push(r);
+    }
+    assert!(recalls[1] > recalls[0] + 0.02, "{recalls:?}");
+    let too_wide = BuildParams {
+        sketch_width: Some(144),
+        ..test_params()
+    };
+    assert!(build(base, dim, Metric::L2, &too_wide).is_err());
+}

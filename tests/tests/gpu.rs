@@ -457,3 +457,44 @@ fn mutated_files_that_load_search_on_the_gpu_without_fault() {
     eprintln!("{searched} mutated indexes searched on the GPU, {refused} refused at load");
     assert!(searched > 50);
 }
+
+/// Sketches wider than one 96-byte group (any multiple of 16 up to D): the
+/// GPU reads them in further groups and agrees with the CPU.
+#[test]
+fn wide_sketches_agree_between_cpu_and_gpu() {
+    let Some(_gpu) = gpu_or_skip("wide_sketches_agree_between_cpu_and_gpu") else {
+        return;
+    };
+    let dim = 160;
+    let base = clustered(6_000, dim, 12, 31);
+    let queries = clustered(500, dim, 12, 32);
+    for width in [96, 112, 160] {
+        let params = octex_build::BuildParams {
+            sketch_width: Some(width),
+            ..test_params()
+        };
+        let index = Index::new(
+            octex_build::build(&base, dim, Metric::L2, &params)
+                .unwrap()
+                .index,
+        );
+        let p = SearchParams {
+            rerank: 16,
+            ..SearchParams::default()
+        };
+        let cpu = index.search(&queries, 10, &p).unwrap();
+        let gpu = index
+            .gpu(&GpuOptions::default())
+            .unwrap()
+            .search(&queries, 10, &p)
+            .unwrap();
+        let same = cpu.ids.iter().zip(&gpu.ids).filter(|(a, b)| a == b).count() as f64
+            / cpu.ids.len() as f64;
+        let truth = brute_force(&base, &queries, dim, 10);
+        let (rc, rg) = (recall(&cpu.ids, &truth, 10), recall(&gpu.ids, &truth, 10));
+        eprintln!(
+            "sketch width {width}: recall CPU {rc:.4} GPU {rg:.4}, same ids in place {same:.4}"
+        );
+        assert!(same >= 0.98 && (rc - rg).abs() <= 0.005, "width {width}");
+    }
+}

@@ -266,7 +266,9 @@ pub fn build_with_progress(
             8 * p.blocks
         )));
     }
-    let max_sw = octex_index::MAX_SKETCH_WIDTH as usize;
+    // Any multiple of 16 up to the stored dimension (rounded up to 16): the
+    // sketch holds principal coordinates, and there are `sdim` of them.
+    let max_sw = (octex_index::MAX_SKETCH_WIDTH as usize).min(sdim.div_ceil(16) * 16);
     if p.copies == 0
         || p.list_len == 0
         || p.sketch_width % 16 != 0

@@ -57,8 +57,9 @@ pub struct BuildParams {
     pub spacing_ratio: f64,
     /// Most spacings. Default 6.
     pub max_spacings: usize,
-    /// Sketch width `w` (int8 principal coordinates, a multiple of 16). Default
-    /// `D` rounded down to a multiple of 16, within 16..=96.
+    /// Sketch width `w` (int8 principal coordinates, a multiple of 16, up to
+    /// `D` rounded up to 16 and at most 1024). Default `D` rounded down to a
+    /// multiple of 16, within 16..=96.
     pub sketch_width: Option<usize>,
     /// Neighbour row length `Lt`. Default 32.
     pub row_len: Option<usize>,

@@ -71,9 +71,10 @@ impl std::fmt::Display for Metric {
 /// engines' fixed buffers).
 pub const MAX_BLOCKS: u32 = 8;
 
-/// Widest int8 sketch, in bytes per vector (a multiple of 16; the GPU kernel
-/// reads rows of at most six 16-byte chunks).
-pub const MAX_SKETCH_WIDTH: u32 = 96;
+/// Widest int8 sketch, in bytes per vector (a multiple of 16; the query's
+/// sketch coordinates and scales take `8 w` bytes of a GPU block's shared
+/// memory).
+pub const MAX_SKETCH_WIDTH: u32 = 1024;
 
 /// Largest squared norm an L2 or inner-product vector may have (norms up to
 /// `1e15`): stored-space squared distances, the builder's `f32` covariance

@@ -93,33 +93,54 @@ unsafe fn visit(hash: *mut u32, mask: u32, id: u32) -> bool {
     false
 }
 
-/// Most 16-byte chunks of a sketch row (widths up to 96).
+/// 16-byte chunks of a sketch row loaded before the first is used (96
+/// bytes); wider rows are read in further groups of this many.
 const SKETCH_CHUNKS: usize = 6;
 
-/// Sketch distance `sum_j (q_j - scale_j * s_j)^2` of vector `id`. All of the
-/// row's loads are issued before the first is used.
+/// Sketch distance `sum_j (q_j - scale_j * s_j)^2` of vector `id`. Rows up
+/// to 96 bytes are one group whose loads are all issued before the first is
+/// used (the code of the 96-byte kernel, unchanged); wider rows continue in
+/// further groups.
 #[inline(always)]
 unsafe fn sketch_distance(ix: &IndexView, qs: *const f32, scales: *const f32, id: u32) -> f32 {
     let w = ix.sketch_width as usize;
-    let mut acc = 0.0f32;
-    // SAFETY: id < n; rows are w <= 96 bytes, w a multiple of 16, the section
-    // 64-aligned.
+    // SAFETY: id < n; rows are w bytes, w a multiple of 16, the section
+    // 64-aligned; qs and scales hold w values.
     unsafe {
         let row = (ix.sketch as *const u8).add(id as usize * w);
-        let mut words = [[0u32; 4]; SKETCH_CHUNKS];
+        let mut acc = sketch_group(row, qs, scales, 0, w, 0.0);
+        let mut group = 16 * SKETCH_CHUNKS;
+        while group < w {
+            acc = sketch_group(row, qs, scales, group, w, acc);
+            group += 16 * SKETCH_CHUNKS;
+        }
+        acc
+    }
+}
+
+/// `acc` plus the terms of bytes `group .. min(group + 96, w)` of a sketch
+/// row.
+///
+/// # Safety
+/// `row`, `qs` and `scales` hold `w` values.
+#[inline(always)]
+unsafe fn sketch_group(row: *const u8, qs: *const f32, scales: *const f32, group: usize, w: usize, mut acc: f32) -> f32 {
+    let mut words = [[0u32; 4]; SKETCH_CHUNKS];
+    // SAFETY: the caller's contract; chunks past w are not read.
+    unsafe {
         for (c, chunk) in words.iter_mut().enumerate() {
-            if 16 * c < w {
-                *chunk = load16_nc(row.add(16 * c));
+            if group + 16 * c < w {
+                *chunk = load16_nc(row.add(group + 16 * c));
             }
         }
         for (c, chunk) in words.iter().enumerate() {
-            if 16 * c >= w {
+            if group + 16 * c >= w {
                 break;
             }
             for (wi, word) in chunk.iter().enumerate() {
                 for b in 0..4 {
                     let v = (*word >> (8 * b)) as u8 as i8 as f32;
-                    let j = 16 * c + 4 * wi + b;
+                    let j = group + 16 * c + 4 * wi + b;
                     let d = *qs.add(j) - *scales.add(j) * v;
                     acc += d * d;
                 }

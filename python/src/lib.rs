@@ -32,9 +32,9 @@ fn index_error(e: IndexError) -> PyErr {
 fn search_error(e: SearchError) -> PyErr {
     match e {
         SearchError::Index(e) => index_error(e),
-        SearchError::BackendUnavailable(_) => PyRuntimeError::new_err(e.to_string()),
-        #[allow(unreachable_patterns)]
-        e if e.to_string().starts_with("GPU backend") => PyRuntimeError::new_err(e.to_string()),
+        e @ (SearchError::BackendUnavailable(_) | SearchError::Gpu(_)) => {
+            PyRuntimeError::new_err(e.to_string())
+        }
         e => PyValueError::new_err(e.to_string()),
     }
 }

@@ -1,6 +1,8 @@
-//! Compiles `tests/c/test_octex.c` against the committed header and the
-//! shared library cargo just built, runs it, and requires every C check to
-//! hold (the program prints "N passed, M failed").
+//! Compiles `tests/c/test_octex.c` against the committed header and this
+//! crate's shared library, runs it, and requires every C check to hold (the
+//! program prints "N passed, M failed"). `cargo test` builds only the rlib a
+//! test links, so the test first asks cargo for the cdylib (the same
+//! profile and target folder: everything but the final link is built).
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -10,6 +12,22 @@ fn the_c_test_program_passes() {
     // target/<profile>/deps/this-test -> target/<profile>, where the cdylib is.
     let exe = std::env::current_exe().unwrap();
     let lib_dir = exe.parent().and_then(|d| d.parent()).unwrap().to_path_buf();
+    let release = lib_dir.file_name().is_some_and(|n| n == "release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "--lib", "--manifest-path"])
+        .arg(manifest.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(lib_dir.parent().unwrap());
+    if release {
+        cargo.arg("--release");
+    }
+    let built = cargo.output().expect("run cargo");
+    assert!(
+        built.status.success(),
+        "cargo build of the cdylib failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
     assert!(
         lib_dir.join("liboctex_capi.so").exists() || lib_dir.join("liboctex_capi.dylib").exists(),
         "no liboctex_capi shared library in {}",

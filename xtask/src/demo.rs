@@ -10,7 +10,7 @@ use octex_search::{Backend, Index, SearchParams};
 use crate::data::{self, Dataset};
 use crate::search_cmd::{open, timed_search, warm_up};
 
-pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
+pub fn run(name: &str, root: &Path, backend: Backend, recall: Option<f64>) -> Result<()> {
     let backend = backend.resolve()?;
     crate::fetch::fetch(name, root)?;
     let ds = Dataset::open(name, root)?;
@@ -40,7 +40,14 @@ pub fn run(name: &str, root: &Path, backend: Backend) -> Result<()> {
     println!("built in {build_secs:.1} s -> {}", path.display());
 
     let index = Index::load(&path)?;
-    let p = SearchParams::default();
+    let p = match recall {
+        Some(target) => {
+            let (p, sample) = index.params_for_recall(target, 10)?;
+            println!("--recall {target}: {p:?} (recall@10 {sample:.4} on the tuning sample)");
+            p
+        }
+        None => SearchParams::default(),
+    };
     let batch = match backend {
         Backend::Gpu => nq.min(10_000),
         _ => nq,

@@ -97,6 +97,10 @@ enum Cmd {
         /// auto (the GPU when one is usable), cpu or gpu.
         #[arg(long, default_value_t = octex_search::Backend::Auto)]
         backend: octex_search::Backend,
+        /// A recall@10 target: search with parameters tuned for it
+        /// (default: the default parameters).
+        #[arg(long)]
+        recall: Option<f64>,
     },
 }
 
@@ -152,6 +156,10 @@ fn main() -> Result<()> {
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
         Cmd::Plot { results, out } => bench::replot(&results, &out),
-        Cmd::Demo { data, backend } => demo::run(&data, &root, backend),
+        Cmd::Demo {
+            data,
+            backend,
+            recall,
+        } => demo::run(&data, &root, backend, recall),
     }
 }

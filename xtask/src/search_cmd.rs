@@ -23,16 +23,33 @@ pub struct SearchFlags {
     /// R: rerank depth.
     #[arg(long, default_value_t = SearchParams::default().rerank)]
     pub rerank: usize,
+    /// A recall@k target: the parameters are tuned for it on a sample of the
+    /// index (`Index::params_for_recall`) instead of taken from r, S, W, R.
+    #[arg(long)]
+    pub recall: Option<f64>,
 }
 
 impl SearchFlags {
-    pub fn params(&self) -> SearchParams {
-        SearchParams {
-            read_depth: self.read_depth,
-            start_points: self.start_points,
-            waves: self.waves,
-            rerank: self.rerank,
+    /// The parameters given, or (with `--recall`) tuned for the target.
+    pub fn params_for(&self, index: &Index, k: usize) -> Result<SearchParams> {
+        let Some(target) = self.recall else {
+            return Ok(SearchParams {
+                read_depth: self.read_depth,
+                start_points: self.start_points,
+                waves: self.waves,
+                rerank: self.rerank,
+            });
+        };
+        let t = Instant::now();
+        let (p, sample) = index.params_for_recall(target, k)?;
+        eprintln!(
+            "--recall {target}: {p:?} (recall@{k} {sample:.4} on the tuning sample, {:.1} s)",
+            t.elapsed().as_secs_f64()
+        );
+        if sample < target {
+            eprintln!("  the last rung of the ladder does not reach {target} on the sample");
         }
+        Ok(p)
     }
 }
 
@@ -134,7 +151,7 @@ pub fn run(args: SearchArgs) -> Result<()> {
         );
     }
     let nq = queries.len() / dim;
-    let p = args.flags.params();
+    let p = args.flags.params_for(&index, args.k)?;
     // GPU launches take 10,000 queries at most by default; the CPU searches
     // all at once unless told otherwise.
     let batch = match backend {

@@ -1,7 +1,9 @@
 /* The C API from C: build over a Gaussian mixture, search, check the result
    against brute force, save, load, search again, and the refusals (status
    codes and messages). Exits 0 when every check holds; prints a summary
-   line. Usage: test_octex TMPDIR */
+   line. `cargo test` compiles it (build.rs, with -Wall -Wextra -Werror) and
+   calls octex_c_test_main from tests/c_program.rs; define
+   OCTEX_C_TEST_STANDALONE for a program of its own: test_octex TMPDIR */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +49,9 @@ static float gauss(void) {
 
 enum { N = 3000, NQ = 50, DIM = 16, K = 10 };
 
-int main(int argc, char** argv) {
+int octex_c_test_main(int argc, char** argv);
+
+int octex_c_test_main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : ".";
   static float base[N * DIM], queries[NQ * DIM], centres[8 * DIM];
   for (int i = 0; i < 8 * DIM; i++) centres[i] = 3.0f * gauss() / (1.0f + (i % DIM) / 6.0f);
@@ -134,3 +138,7 @@ int main(int argc, char** argv) {
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
+
+#ifdef OCTEX_C_TEST_STANDALONE
+int main(int argc, char** argv) { return octex_c_test_main(argc, argv); }
+#endif

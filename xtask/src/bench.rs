@@ -41,6 +41,11 @@ pub struct BenchArgs {
     /// A smaller parameter grid.
     #[arg(long)]
     pub quick: bool,
+    /// Recall@10 targets (repeatable): each adds, before the grid, the point
+    /// `Index::params_for_recall` tunes for it, so its real recall and speed
+    /// are measured beside the sweep.
+    #[arg(long)]
+    pub recall: Vec<f64>,
     #[arg(long, default_value_t = Backend::Auto)]
     pub backend: Backend,
     #[command(flatten)]
@@ -249,6 +254,12 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
         }
     };
     let (gt, gk) = data::read_ids(&ds.gt())?;
+    let mut tuned = Vec::new();
+    for &target in &args.recall {
+        let (p, sample) = index.params_for_recall(target, 10)?;
+        println!("--recall {target}: {p:?} (recall@10 {sample:.4} on the tuning sample); measured first below");
+        tuned.push(p);
+    }
     if backend == Backend::Gpu {
         return crate::gpu_bench::run(
             &ds,
@@ -256,8 +267,8 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             build,
             &queries,
             dim,
-            &gt,
-            gk,
+            (&gt, gk),
+            &tuned,
             args.repeats,
             args.peers,
             &args.out,
@@ -267,7 +278,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     // octex sweep.
     let mut points = Vec::new();
     let mut searcher = open(&index, Backend::Cpu, nq)?;
-    for p in grid(args.quick) {
+    for p in tuned.iter().copied().chain(grid(args.quick)) {
         warm_up(&mut searcher, &queries, dim, 10, &p, nq)?;
         let mut times = Vec::new();
         let mut ids = Vec::new();

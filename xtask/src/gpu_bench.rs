@@ -145,8 +145,8 @@ pub fn run(
     build: Value,
     queries: &[f32],
     dim: usize,
-    gt: &[i32],
-    gk: usize,
+    (gt, gk): (&[i32], usize),
+    tuned: &[SearchParams],
     repeats: usize,
     peers: bool,
     out: &std::path::Path,
@@ -167,7 +167,7 @@ pub fn run(
     // transfers of one batch overlap the search of the previous one).
     let streamed: Vec<f32> = queries[..batch * dim].repeat(4);
     let mut points = Vec::new();
-    for p in grid() {
+    for p in tuned.iter().copied().chain(grid()) {
         let r = match g.search(&queries[..batch * dim], 10, &p) {
             Ok(r) => r,
             Err(e) => {

@@ -240,12 +240,12 @@ impl PyIndex {
                 match backend.resolve()? {
                     Backend::Gpu => {
                         let mut slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
-                        if slot.is_none() {
-                            *slot = Some(self.index.open_on(Backend::Gpu, &GpuOptions::default())?);
-                        }
-                        slot.as_mut()
-                            .expect("opened above")
-                            .search_queries(batch, k, &p)
+                        let searcher = match &mut *slot {
+                            Some(s) => s,
+                            empty => empty
+                                .insert(self.index.open_on(Backend::Gpu, &GpuOptions::default())?),
+                        };
+                        searcher.search_queries(batch, k, &p)
                     }
                     _ => self.index.search_queries(batch, k, &p),
                 }

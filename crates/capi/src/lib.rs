@@ -314,6 +314,11 @@ unsafe fn device_copy(id: i32, addr: u64, buf: &mut [u8], to_host: bool) -> Outc
     r.map_err(|e| Failure(OctexStatus::Gpu, e.to_string()))
 }
 
+/// Without the `gpu` feature there is no device to copy from: an error.
+///
+/// # Safety
+/// None needed (nothing is read or written); `unsafe` only to match the
+/// `gpu` version's signature.
 #[cfg(not(feature = "gpu"))]
 unsafe fn device_copy(_: i32, _: u64, _: &mut [u8], _: bool) -> Outcome {
     Err(Failure(
@@ -496,13 +501,11 @@ pub unsafe extern "C" fn octex_search(
         let batch = Queries::new(&values, dim)?;
         let nq = batch.len();
         let res = if backend == Backend::Gpu {
-            if ix.gpu.is_none() {
-                ix.gpu = Some(ix.index.open_on(Backend::Gpu, &GpuOptions::default())?);
-            }
-            ix.gpu
-                .as_mut()
-                .expect("opened above")
-                .search_queries(batch, k, &p)?
+            let searcher = match &mut ix.gpu {
+                Some(s) => s,
+                empty => empty.insert(ix.index.open_on(Backend::Gpu, &GpuOptions::default())?),
+            };
+            searcher.search_queries(batch, k, &p)?
         } else {
             ix.index.search_queries(batch, k, &p)?
         };

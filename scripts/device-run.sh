@@ -68,6 +68,33 @@ for step in "$@"; do
       # search:NAME:BACKEND-OF-THE-BUILD:SEARCH-BACKEND (default parameters)
       IFS=: read -r _ name built backend <<< "$step"
       "$D/bin/xtask" search --index "$D/out/$name-$built.octex" --queries "$D/data/$name/query.fvecs" --gt "$D/data/$name/gt.ivecs" --backend "$backend" 2>&1 | tee -a "$OUT/search.log" ;;
+    text)
+      # debian-docs-minilm: passages (text-*.txt.xz), the model in two pieces
+      # (minilm.safetensors.part0*) and its config (minilm-config.tar) came
+      # over two calls; embed on the GPU, then `fetch` computes the ground truth.
+      T="$D/data/downloads/debian-docs"
+      mkdir -p "$T/model"
+      if [ ! -f "$D/data/debian-docs-minilm/gt.ivecs" ]; then
+        cat "$D"/data/parts/minilm.safetensors.part0* > "$T/model/model.safetensors"
+        tar -xf "$C/minilm-config.tar" -C "$T/model"
+        xz -dc "$D/data/parts/text-base.txt.xz.part" > "$T/base.txt"
+        xz -dc "$D/data/parts/text-query.txt.xz.part" > "$T/query.txt"
+        cp "$C/text-packages.txt" "$T/packages.txt"
+        ls -la "$T" "$T/model"
+        "$D/bin/xtask" fetch debian-docs-minilm 2>&1 | tr '\r' '\n' | grep -v "Batches:.*it/s]$" | tee "$OUT/text-fetch.log"
+        # The embeddings as float16 (exact: they were rounded so), xz'd, in
+        # 15 MiB pieces for the trip back (xfer:FIRST-LAST).
+        mkdir -p "$D/xfer"
+        python3 -c "
+import numpy as np, sys
+for n in ['base', 'query']:
+    np.load('$T/' + n + '.npy').astype(np.float16).tofile('$D/xfer/' + n + '.f16')
+"
+        (cd "$D/xfer" && cat query.f16 base.f16 | xz -1 -T0 > emb.f16.xz && split -b 15M -d -a 2 emb.f16.xz emb.f16.xz.part && ls -la)
+      fi ;;
+    xfer:*)
+      IFS=- read -r first last <<< "${step#xfer:}"
+      for i in $(seq -f %02g "$first" "$last"); do cp "$D/xfer/emb.f16.xz.part$i" "$OUT/" 2>/dev/null; done ;;
     synth)
       [ -f "$D/data/synth-1m/gt.ivecs" ] || "$D/bin/xtask" synth --name synth-1m 2>&1 | tee "$OUT/synth.log" ;;
     *) echo "unknown step $step" ;;

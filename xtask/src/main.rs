@@ -12,6 +12,8 @@ mod build_cmd;
 mod data;
 mod demo;
 mod fetch;
+mod passages;
+mod text;
 mod gpu_bench;
 mod plot;
 mod progress;

@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
             start_points: 4,
             waves: 1,
             rerank: 4,
+            wave_rerank: false,
         },
     ] {
         let _ = index.search(&queries, 10.min(index.len()), &p);

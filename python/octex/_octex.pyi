@@ -13,7 +13,8 @@ class SearchParams:
     start_points: int
     waves: int
     rerank: int
-    def __init__(self, read_depth: int = 16, start_points: int = 64, waves: int = 3, rerank: int = 32) -> None: ...
+    wave_rerank: bool
+    def __init__(self, read_depth: Optional[int] = None, start_points: Optional[int] = None, waves: Optional[int] = None, rerank: Optional[int] = None, wave_rerank: Optional[bool] = None) -> None: ...
 
 class Index:
     @staticmethod

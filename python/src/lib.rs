@@ -54,7 +54,8 @@ fn parse<T: std::str::FromStr<Err = E>, E: std::fmt::Display>(what: &str, s: &st
 }
 
 /// Search parameters: `read_depth` (r), `start_points` (S), `waves` (W),
-/// `rerank` (R). More of any: higher recall, slower.
+/// `rerank` (R), `wave_rerank` (rerank in every wave). More of any: higher
+/// recall, slower.
 #[pyclass(module = "octex._octex", name = "SearchParams", from_py_object)]
 #[derive(Clone, Copy)]
 struct PySearchParams {
@@ -66,6 +67,8 @@ struct PySearchParams {
     waves: usize,
     #[pyo3(get, set)]
     rerank: usize,
+    #[pyo3(get, set)]
+    wave_rerank: bool,
 }
 
 impl From<PySearchParams> for SearchParams {
@@ -75,6 +78,7 @@ impl From<PySearchParams> for SearchParams {
             start_points: p.start_points,
             waves: p.waves,
             rerank: p.rerank,
+            wave_rerank: p.wave_rerank,
         }
     }
 }
@@ -86,27 +90,41 @@ impl From<SearchParams> for PySearchParams {
             start_points: p.start_points,
             waves: p.waves,
             rerank: p.rerank,
+            wave_rerank: p.wave_rerank,
         }
     }
 }
 
 #[pymethods]
 impl PySearchParams {
+    /// Parameters left out take `SearchParams::default()`'s values.
     #[new]
-    #[pyo3(signature = (read_depth=16, start_points=64, waves=3, rerank=32))]
-    fn new(read_depth: usize, start_points: usize, waves: usize, rerank: usize) -> Self {
+    #[pyo3(signature = (read_depth=None, start_points=None, waves=None, rerank=None, wave_rerank=None))]
+    fn new(
+        read_depth: Option<usize>,
+        start_points: Option<usize>,
+        waves: Option<usize>,
+        rerank: Option<usize>,
+        wave_rerank: Option<bool>,
+    ) -> Self {
+        let d = SearchParams::default();
         PySearchParams {
-            read_depth,
-            start_points,
-            waves,
-            rerank,
+            read_depth: read_depth.unwrap_or(d.read_depth),
+            start_points: start_points.unwrap_or(d.start_points),
+            waves: waves.unwrap_or(d.waves),
+            rerank: rerank.unwrap_or(d.rerank),
+            wave_rerank: wave_rerank.unwrap_or(d.wave_rerank),
         }
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "SearchParams(read_depth={}, start_points={}, waves={}, rerank={})",
-            self.read_depth, self.start_points, self.waves, self.rerank
+            "SearchParams(read_depth={}, start_points={}, waves={}, rerank={}, wave_rerank={})",
+            self.read_depth,
+            self.start_points,
+            self.waves,
+            self.rerank,
+            if self.wave_rerank { "True" } else { "False" }
         )
     }
 

@@ -137,12 +137,30 @@ fn cpu_and_gpu_agree() {
             start_points: 16,
             waves: 1,
             rerank: 16,
+            wave_rerank: false,
         },
         SearchParams {
             read_depth: 16,
             start_points: 128,
             waves: 4,
             rerank: 64,
+            wave_rerank: false,
+        },
+        // Per-wave rerank, with S below R and with S above R (start points
+        // topped up in sketch order).
+        SearchParams {
+            read_depth: 16,
+            start_points: 32,
+            waves: 3,
+            rerank: 64,
+            wave_rerank: true,
+        },
+        SearchParams {
+            read_depth: 16,
+            start_points: 128,
+            waves: 4,
+            rerank: 32,
+            wave_rerank: true,
         },
     ] {
         let cpu = index.search(&queries, 10, &p).unwrap();
@@ -167,6 +185,13 @@ fn cpu_and_gpu_agree() {
             assert_eq!(r.len(), 10, "duplicate ids in {row:?}");
         }
         assert!(gpu.stats.sketch_distances > 0 && gpu.stats.queries == 1000);
+        let exact_ratio = gpu.stats.exact_distances as f64 / cpu.stats.exact_distances as f64;
+        assert!(
+            (0.9..=1.1).contains(&exact_ratio),
+            "{p:?}: exact distances GPU {} CPU {}",
+            gpu.stats.exact_distances,
+            cpu.stats.exact_distances
+        );
         // Replaying the captured graphs gives the same answers.
         assert_eq!(g.search(&queries, 10, &p).unwrap().ids, gpu.ids);
     }

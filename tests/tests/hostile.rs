@@ -33,6 +33,7 @@ fn search_must_not_panic(raw: RawIndex, queries: &[f32]) -> Option<String> {
                 start_points: 8,
                 waves: 1,
                 rerank: 8,
+                wave_rerank: false,
             },
         ] {
             let _ = index.search(&q, 10.min(index.len()), &p);
@@ -213,30 +214,35 @@ fn oversized_search_parameters_are_typed_errors() {
             start_points: 1_000_000_000,
             waves: 100_000,
             rerank: 32,
+            wave_rerank: false,
         },
         SearchParams {
             read_depth: 16,
             start_points: 64,
             waves: usize::MAX,
             rerank: 32,
+            wave_rerank: false,
         },
         SearchParams {
             read_depth: 16,
             start_points: usize::MAX,
             waves: 3,
             rerank: 32,
+            wave_rerank: false,
         },
         SearchParams {
             read_depth: 16,
             start_points: 64,
             waves: 3,
             rerank: usize::MAX,
+            wave_rerank: false,
         },
         SearchParams {
             read_depth: 16,
             start_points: 1 << 20,
             waves: 64,
             rerank: 32,
+            wave_rerank: false,
         },
     ] {
         let r = index.search(&queries[..DIM], 10, &p);

@@ -88,6 +88,7 @@ fn grid(quick: bool) -> Vec<SearchParams> {
                 start_points: s,
                 waves: w,
                 rerank: r,
+                wave_rerank: false,
             });
         }
     }
@@ -98,6 +99,7 @@ fn grid(quick: bool) -> Vec<SearchParams> {
             start_points: s,
             waves: w,
             rerank: rr,
+            wave_rerank: false,
         });
     }
     g

@@ -42,6 +42,7 @@ fn grid() -> Vec<SearchParams> {
                     start_points: s,
                     waves: w,
                     rerank,
+                    wave_rerank: false,
                 });
             }
         }
@@ -226,12 +227,14 @@ pub fn run(
             start_points: 16,
             waves: 1,
             rerank: 64,
+            wave_rerank: false,
         },
         SearchParams {
             read_depth: 16,
             start_points: 96,
             waves: 4,
             rerank: 16,
+            wave_rerank: false,
         },
     ] {
         let c = g.phase_costs(queries, 10, &p, 10)?;

@@ -23,6 +23,10 @@ pub struct SearchFlags {
     /// R: rerank depth.
     #[arg(long, default_value_t = SearchParams::default().rerank)]
     pub rerank: usize,
+    /// Rerank the best R exactly in every wave and start the next wave from
+    /// the best by exact distance (the paper's mode when vectors are resident).
+    #[arg(long)]
+    pub wave_rerank: bool,
     /// A recall@k target: the parameters are tuned for it on a sample of the
     /// index (`Index::params_for_recall`) instead of taken from r, S, W, R.
     #[arg(long)]
@@ -38,6 +42,7 @@ impl SearchFlags {
                 start_points: self.start_points,
                 waves: self.waves,
                 rerank: self.rerank,
+                wave_rerank: self.wave_rerank,
             });
         };
         let t = Instant::now();

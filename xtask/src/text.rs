@@ -96,13 +96,15 @@ pub fn fetch(root: &Path) -> Result<TextSet> {
     } else if let Ok(s) = std::fs::read_to_string(work.join("packages.txt")) {
         sources = s;
     }
-    let model = model_dir(&work)?;
-    let python = embedding_python(root)?;
     let base_npy = work.join("base.npy");
     let query_npy = work.join("query.npy");
-    for (txt, npy) in [(&query_txt, &query_npy), (&base_txt, &base_npy)] {
-        if !npy.exists() {
-            embed(&python, &model, txt, npy)?;
+    if !(base_npy.exists() && query_npy.exists()) {
+        let model = model_dir(&work)?;
+        let python = embedding_python(root)?;
+        for (txt, npy) in [(&query_txt, &query_npy), (&base_txt, &base_npy)] {
+            if !npy.exists() {
+                embed(&python, &model, txt, npy)?;
+            }
         }
     }
     let (base, dim) = read_npy(&base_npy)?;

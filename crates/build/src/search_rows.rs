@@ -103,6 +103,7 @@ pub fn rows_by_search(
         start_points: 1,
         waves: 0,
         rerank,
+        wave_rerank: false,
     };
     let (ids, dists) = one_pass(&first, gpu, x, dim, k, &p1, pb)?;
     drop(first);
@@ -113,6 +114,7 @@ pub fn rows_by_search(
         start_points: PASS2_START_POINTS,
         waves: PASS2_WAVES,
         rerank,
+        wave_rerank: false,
     };
     let (ids, dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
     Ok(assemble(&ids, &dists, k, shape))

@@ -43,20 +43,21 @@ typedef enum OctexStatus {
 // An index and, after a first GPU search, its GPU searcher.
 typedef struct OctexIndex OctexIndex;
 
-// Search parameters (the paper's `r`, `S`, `W`, `R`);
-// `octex_search_params_default()` gives the defaults.
+// Search parameters (the paper's `r`, `S`, `W`, `R`, and whether the rerank
+// runs in every wave); `octex_search_params_default()` gives the defaults.
 typedef struct OctexSearchParams {
   size_t read_depth;
   size_t start_points;
   size_t waves;
   size_t rerank;
+  bool wave_rerank;
 } OctexSearchParams;
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
-// The default search parameters (r = 16, S = 64, W = 3, R = 32).
+// The default search parameters (`SearchParams::default()`).
 struct OctexSearchParams octex_search_params_default(void);
 
 // The message of this thread's last failed call ("" after a success).

@@ -46,8 +46,8 @@ pub enum OctexStatus {
     Internal = 4,
 }
 
-/// Search parameters (the paper's `r`, `S`, `W`, `R`);
-/// `octex_search_params_default()` gives the defaults.
+/// Search parameters (the paper's `r`, `S`, `W`, `R`, and whether the rerank
+/// runs in every wave); `octex_search_params_default()` gives the defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OctexSearchParams {
@@ -55,6 +55,19 @@ pub struct OctexSearchParams {
     pub start_points: usize,
     pub waves: usize,
     pub rerank: usize,
+    pub wave_rerank: bool,
+}
+
+impl From<OctexSearchParams> for SearchParams {
+    fn from(p: OctexSearchParams) -> Self {
+        SearchParams {
+            read_depth: p.read_depth,
+            start_points: p.start_points,
+            waves: p.waves,
+            rerank: p.rerank,
+            wave_rerank: p.wave_rerank,
+        }
+    }
 }
 
 /// An index and, after a first GPU search, its GPU searcher.
@@ -327,7 +340,7 @@ unsafe fn device_copy(_: i32, _: u64, _: &mut [u8], _: bool) -> Outcome {
     ))
 }
 
-/// The default search parameters (r = 16, S = 64, W = 3, R = 32).
+/// The default search parameters (`SearchParams::default()`).
 #[no_mangle]
 pub extern "C" fn octex_search_params_default() -> OctexSearchParams {
     let p = SearchParams::default();
@@ -336,6 +349,7 @@ pub extern "C" fn octex_search_params_default() -> OctexSearchParams {
         start_points: p.start_points,
         waves: p.waves,
         rerank: p.rerank,
+        wave_rerank: p.wave_rerank,
     }
 }
 
@@ -487,12 +501,7 @@ pub unsafe extern "C" fn octex_search(
         let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
         let p = match unsafe { params.as_ref() } {
-            Some(p) => SearchParams {
-                read_depth: p.read_depth,
-                start_points: p.start_points,
-                waves: p.waves,
-                rerank: p.rerank,
-            },
+            Some(p) => SearchParams::from(*p),
             None => SearchParams::default(),
         };
         let backend = parse_backend(backend)?.resolve()?;

@@ -47,6 +47,13 @@ pub const MAX_HASH_SLOTS: u32 = 32_768;
 /// Marks an expanded entry in the low word of a candidate (ids are `< 2^31`).
 pub const EXPANDED_BIT: u32 = 1 << 31;
 
+/// Marks a candidate that has an exact distance (per-wave rerank; ids are then
+/// `< 2^30`, [`MAX_WAVE_RERANK_VECTORS`]).
+pub const EXACT_BIT: u32 = 1 << 30;
+
+/// Most vectors an index searched with per-wave rerank may hold on the GPU.
+pub const MAX_WAVE_RERANK_VECTORS: usize = 1 << 30;
+
 /// Most `k` of the brute-force top-k kernel (per-thread lists live in registers
 /// and local memory).
 pub const MAX_TOPK: u32 = 32;
@@ -139,8 +146,12 @@ pub struct BatchView {
     pub hash_slots: u32,
     /// Entries of the candidate buffer (a power of two).
     pub buf_len: u32,
-    /// Entries of the rerank sort (a power of two `>= R`).
+    /// Entries of the rerank sort (a power of two `>= R`; with `wave_rerank`,
+    /// `>= keep + R`, the exact list plus one wave's new entries).
     pub rerank_len: u32,
+    /// 1: rerank in every wave (`SearchParams::wave_rerank` on the host);
+    /// 0: once, after the last wave.
+    pub wave_rerank: u32,
     /// Profiling only: end each query after this phase ([`STOP_AFTER_INIT`]
     /// ...); `0` runs the whole search. Timing the variants gives the cost of
     /// each phase inside the one kernel.
@@ -247,12 +258,15 @@ impl SearchSmem {
 
 /// Counter slots in `wave_search`'s shared memory.
 pub const CTR_COUNT: usize = 0;
-pub const CTR_SELECTED: usize = 1;
+/// Append position of the exact list (per-wave rerank).
+pub const CTR_EXACT_LIST: usize = 1;
 pub const CTR_FIRST_ROUND: usize = 2;
 pub const CTR_SKETCH: usize = 3;
 pub const CTR_NO_FRAGMENT: usize = 4;
 pub const CTR_ROW_ENTRIES: usize = 5;
 pub const CTR_FRESH: usize = 6;
+/// Exact distances computed (work counter).
+pub const CTR_EXACT: usize = 7;
 /// 8 slots (one per warp) for block scans.
 pub const CTR_WARP_SUMS: usize = 8;
 

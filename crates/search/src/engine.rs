@@ -8,6 +8,13 @@
 //!    new ids are ranked by sketch distance.
 //! 3. Rerank: the `R` best by sketch get exact distances; the top `k` are returned.
 //!
+//! With [`SearchParams::wave_rerank`](crate::SearchParams) (the paper's mode
+//! when the vectors are resident) the exact rerank runs after the first round
+//! and after every wave: the `R` best entries by sketch that have no exact
+//! distance yet get one, and the start points are the best unexpanded entries
+//! by exact distance (topped up by sketch order when fewer than `S` are left).
+//! The answer is the top `k` of every entry reranked on the way.
+//!
 //! Only the best `M = max(R, S*W, S)` entries by sketch distance are kept: the
 //! start points of wave `w` are among the best `S*(w+1)` (at most `S*w` entries
 //! above them were expanded), and the rerank takes the best `R`, so keeping `M` is
@@ -22,6 +29,17 @@ use crate::visited::VisitedSet;
 
 #[derive(Clone, Copy, Debug)]
 struct Cand {
+    d: f32,
+    id: u32,
+    expanded: bool,
+    /// It has an exact distance (per-wave rerank); its expansion is then
+    /// tracked in the exact list.
+    exact: bool,
+}
+
+/// An entry with its exact distance (per-wave rerank).
+#[derive(Clone, Copy, Debug)]
+struct Ranked {
     d: f32,
     id: u32,
     expanded: bool,
@@ -107,6 +125,8 @@ pub(crate) struct Scratch {
     merged: Vec<Cand>,
     starts: Vec<u32>,
     exact: Vec<(f32, u32)>,
+    ranked: Vec<Ranked>,
+    ranked_new: Vec<Ranked>,
     coords: [i32; 64],
     /// First round: copies still looking for a stored fragment, their keys, and
     /// the ripple offsets found.
@@ -130,6 +150,8 @@ impl Scratch {
             merged: Vec::new(),
             starts: Vec::new(),
             exact: Vec::new(),
+            ranked: Vec::new(),
+            ranked_new: Vec::new(),
             coords: [0; 64],
             pending: Vec::with_capacity(engine.map.copies),
             still: Vec::with_capacity(engine.map.copies),
@@ -189,6 +211,7 @@ impl Engine {
                 d: (self.kernel)(qs, scales, row(id)),
                 id,
                 expanded: false,
+                exact: false,
             });
         }
         s.stats.sketch_distances += s.fresh.len() as u64;
@@ -222,6 +245,39 @@ impl Engine {
         std::mem::swap(&mut s.best, &mut s.merged);
     }
 
+    /// Exact squared L2 distance of vector `id` to `q` (stored space).
+    #[inline]
+    fn exact_distance(&self, index: &Index, q: &[f32], id: u32) -> f32 {
+        let dim = index.dim();
+        let i = id as usize;
+        match index.vectors() {
+            RerankView::F32(v) => (self.exact_f32)(q, &v[i * dim..(i + 1) * dim]),
+            RerankView::F16(v) => (self.exact_f16)(q, &v[i * dim..(i + 1) * dim]),
+        }
+    }
+
+    /// Per-wave rerank: exact distances for the best `R` by sketch that have
+    /// none yet, merged into the exact list (sorted by distance, then id; at
+    /// most `m` entries).
+    #[inline(never)]
+    fn exact_pass(&self, index: &Index, q: &[f32], s: &mut Scratch, rerank: usize, m: usize) {
+        s.ranked_new.clear();
+        let take = rerank.min(s.best.len());
+        for c in s.best[..take].iter_mut().filter(|c| !c.exact) {
+            c.exact = true;
+            s.ranked_new.push(Ranked {
+                d: self.exact_distance(index, q, c.id),
+                id: c.id,
+                expanded: c.expanded,
+            });
+        }
+        s.stats.exact_distances += s.ranked_new.len() as u64;
+        s.ranked.extend_from_slice(&s.ranked_new);
+        s.ranked
+            .sort_unstable_by(|a, b| a.d.total_cmp(&b.d).then(a.id.cmp(&b.id)));
+        s.ranked.truncate(m);
+    }
+
     /// Search one query. `z` is its projection into all copies, `qs` its sketch
     /// coordinates, `q` the stored-space query (normalised or augmented).
     /// Writes `plan.k` ids and exact squared L2 distances (in the stored
@@ -245,6 +301,7 @@ impl Engine {
         let scales = index.sketch_scales();
         s.visited.clear();
         s.best.clear();
+        s.ranked.clear();
         s.fresh.clear();
         s.stats.queries += 1;
 
@@ -326,11 +383,23 @@ impl Engine {
         let lt = self.row_len;
         for _ in 0..p.waves {
             s.starts.clear();
+            if p.wave_rerank {
+                self.exact_pass(index, q, s, p.rerank, m);
+                for c in s.ranked.iter_mut() {
+                    if s.starts.len() == p.start_points {
+                        break;
+                    }
+                    if !c.expanded {
+                        c.expanded = true;
+                        s.starts.push(c.id);
+                    }
+                }
+            }
             for c in s.best.iter_mut() {
                 if s.starts.len() == p.start_points {
                     break;
                 }
-                if !c.expanded {
+                if !c.expanded && !c.exact {
                     c.expanded = true;
                     s.starts.push(c.id);
                 }
@@ -358,21 +427,21 @@ impl Engine {
             self.merge(s, m);
         }
 
-        // Exact rerank of the R best.
-        let dim = index.dim();
+        // Exact rerank of the R best (per-wave mode: of the best R not yet
+        // reranked, and the answer comes from every entry reranked).
         s.exact.clear();
-        let take = p.rerank.min(s.best.len());
-        for c in &s.best[..take] {
-            let i = c.id as usize;
-            let d = match index.vectors() {
-                RerankView::F32(v) => (self.exact_f32)(q, &v[i * dim..(i + 1) * dim]),
-                RerankView::F16(v) => (self.exact_f16)(q, &v[i * dim..(i + 1) * dim]),
-            };
-            s.exact.push((d, c.id));
+        if p.wave_rerank {
+            self.exact_pass(index, q, s, p.rerank, m);
+            s.exact.extend(s.ranked.iter().map(|c| (c.d, c.id)));
+        } else {
+            let take = p.rerank.min(s.best.len());
+            for c in &s.best[..take] {
+                s.exact.push((self.exact_distance(index, q, c.id), c.id));
+            }
+            s.stats.exact_distances += take as u64;
+            s.exact
+                .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         }
-        s.stats.exact_distances += take as u64;
-        s.exact
-            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         for t in 0..k {
             let (d, id) = s.exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
             out_ids[t] = id;

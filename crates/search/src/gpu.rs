@@ -180,6 +180,13 @@ impl GpuSearcher {
     /// The shared memory `view`'s blocks need, or why the device cannot give
     /// it (`p`: the parameters, for the message).
     fn shared_memory(&self, view: &BatchView, p: &SearchParams) -> Result<usize, SearchError> {
+        if p.wave_rerank && self.index.len() > octex_kernels::layout::MAX_WAVE_RERANK_VECTORS {
+            return Err(SearchError::Params(format!(
+                "per-wave rerank on the GPU takes at most {} vectors, the index has {}",
+                octex_kernels::layout::MAX_WAVE_RERANK_VECTORS,
+                self.index.len()
+            )));
+        }
         let smem = SearchSmem::new(&self.dev.view.view, view).total as usize;
         if smem > self.gpu.max_shared_memory() {
             return Err(SearchError::Params(format!(

@@ -94,6 +94,13 @@ pub struct SearchParams {
     /// `R`: entries reranked by exact distance. A search for more than `R`
     /// neighbours reranks `k` ([`SearchParams::for_k`]).
     pub rerank: usize,
+    /// Rerank in every wave (the paper's mode when the vectors are resident):
+    /// after the first round and after each wave, the `R` best entries by
+    /// sketch that have no exact distance yet get one, and the next start
+    /// points are the best by exact distance. Costs up to `R (W + 1)` exact
+    /// distances instead of `R`; pays where the sketch ranks poorly (text
+    /// embeddings, high dimension).
+    pub wave_rerank: bool,
 }
 
 impl SearchParams {
@@ -120,6 +127,7 @@ impl Default for SearchParams {
             start_points: 64,
             waves: 3,
             rerank: 32,
+            wave_rerank: false,
         }
     }
 }

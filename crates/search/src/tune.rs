@@ -116,6 +116,7 @@ impl Index {
                 start_points,
                 waves,
                 rerank,
+                wave_rerank: false,
             };
             let res = self.search_stored(&queries, k, &p)?;
             let hits: usize = (0..picks.len())

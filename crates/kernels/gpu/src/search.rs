@@ -220,13 +220,15 @@ unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) 
     }
 }
 
-/// Mark the first `S` unexpanded entries of `buf[..nbest]` expanded and list
-/// their ids in `starts`; returns how many (block-uniform).
+/// Mark the first `s_max` entries of `buf[..nbest]` whose low word has none
+/// of the bits of `skip` expanded and list their ids in `starts`; returns how
+/// many (block-uniform).
 #[inline(always)]
 unsafe fn select_starts(
     buf: *mut u64,
     nbest: u32,
     s_max: u32,
+    skip: u32,
     starts: *mut u32,
     warp_sums: *mut u32,
 ) -> u32 {
@@ -243,7 +245,7 @@ unsafe fn select_starts(
             } else {
                 u64::MAX
             };
-            let flag = i < nbest && (entry as u32 & EXPANDED_BIT) == 0;
+            let flag = i < nbest && (entry as u32 & skip) == 0;
             let votes = ballot(flag);
             let below = (votes & ((1u32 << lane) - 1)).count_ones();
             if lane == 0 {
@@ -259,7 +261,7 @@ unsafe fn select_starts(
             let rank = found + before + below;
             if flag && rank < s_max {
                 *buf.add(i as usize) = entry | EXPANDED_BIT as u64;
-                *starts.add(rank as usize) = entry as u32;
+                *starts.add(rank as usize) = entry as u32 & !(EXPANDED_BIT | EXACT_BIT);
             }
             found += total;
             sync();
@@ -269,6 +271,58 @@ unsafe fn select_starts(
     found.min(s_max)
 }
 
+/// Per-wave rerank: exact distances, one warp per entry, of the best `rerank`
+/// entries of `buf[..nbest]` that have none yet (they are marked
+/// [`EXACT_BIT`] there), appended to the exact list `exact[..nexact]`, which
+/// is then sorted and trimmed to `keep`; returns its length and adds the
+/// distances computed to `computed`. `slot` is a shared counter.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn exact_pass(
+    ix: &IndexView,
+    query: *const f32,
+    buf: *mut u64,
+    nbest: u32,
+    rerank: u32,
+    exact: *mut u64,
+    nexact: u32,
+    keep: u32,
+    slot: *mut u32,
+    computed: &mut u32,
+) -> u32 {
+    let t = tid();
+    let (lane, warp) = (t & 31, t >> 5);
+    // SAFETY: slot is a shared counter; j < nr <= nbest <= the buffer's
+    // length; appended entries stay under nexact + rerank <= rerank_len.
+    unsafe {
+        if t == 0 {
+            *slot = nexact;
+        }
+        sync();
+        let nr = rerank.min(nbest);
+        let mut j = warp;
+        while j < nr {
+            let entry = *buf.add(j as usize);
+            let word = entry as u32;
+            if word & EXACT_BIT == 0 {
+                let d = exact_distance(ix, query, word & !EXPANDED_BIT, lane);
+                if lane == 0 {
+                    *buf.add(j as usize) = entry | EXACT_BIT as u64;
+                    let at = add_shared(slot, 1);
+                    *exact.add(at as usize) = candidate(d, word);
+                    *computed += 1;
+                }
+            }
+            j += T / 32;
+        }
+        sync();
+        let total = core::ptr::read_volatile(slot);
+        sort_prefix(exact, total);
+        sync();
+        total.min(keep)
+    }
+}
+
 /// Per-thread work counts, summed into the batch's counters at the end.
 #[derive(Default)]
 struct Counts {
@@ -276,6 +330,7 @@ struct Counts {
     sketch: u32,
     no_fragment: u32,
     row_entries: u32,
+    exact: u32,
 }
 
 /// Entries a thread loads before it visits them (loads in flight together).
@@ -536,12 +591,30 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             return;
         }
 
-        // Waves.
+        // Waves. With per-wave rerank, the start points are the best
+        // unexpanded entries by exact distance, topped up by sketch order
+        // from the entries without one.
         let lt = ix.row_len;
         let rows = ix.rows as *const u32;
+        let wave_rerank = bt.wave_rerank != 0;
+        let mut nexact = 0u32;
         let mut wave = 0;
         while wave < bt.waves {
-            let ns = select_starts(buf, nbest, bt.start_points, starts, ctr.add(CTR_WARP_SUMS));
+            let mut ns = 0;
+            if wave_rerank {
+                nexact = exact_pass(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
+                ns = select_starts(exact, nexact, bt.start_points, EXPANDED_BIT, starts, ctr.add(CTR_WARP_SUMS));
+            }
+            if ns < bt.start_points {
+                ns += select_starts(
+                    buf,
+                    nbest,
+                    bt.start_points - ns,
+                    EXPANDED_BIT | EXACT_BIT,
+                    starts.add(ns as usize),
+                    ctr.add(CTR_WARP_SUMS),
+                );
+            }
             if ns == 0 {
                 break;
             }
@@ -566,26 +639,34 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             return;
         }
 
-        // Exact rerank of the best R, one warp per candidate.
-        let nr = bt.rerank.min(nbest);
-        let (lane, warp) = (t & 31, t >> 5);
-        let mut j = warp;
-        while j < nr {
-            let id = (*buf.add(j as usize) as u32) & !EXPANDED_BIT;
-            let d = exact_distance(&ix, query, id, lane);
-            if lane == 0 {
-                *exact.add(j as usize) = candidate(d, id);
+        // Exact rerank of the best R, one warp per candidate (per-wave mode:
+        // of the best R not yet reranked; the answer is the exact list's head).
+        let nr = if wave_rerank {
+            nexact = exact_pass(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
+            nexact
+        } else {
+            let nr = bt.rerank.min(nbest);
+            let (lane, warp) = (t & 31, t >> 5);
+            let mut j = warp;
+            while j < nr {
+                let id = (*buf.add(j as usize) as u32) & !EXPANDED_BIT;
+                let d = exact_distance(&ix, query, id, lane);
+                if lane == 0 {
+                    *exact.add(j as usize) = candidate(d, id);
+                    counts.exact += 1;
+                }
+                j += T / 32;
             }
-            j += T / 32;
-        }
-        sync();
-        sort_prefix(exact, nr);
+            sync();
+            sort_prefix(exact, nr);
+            nr
+        };
         let mut j = t;
         while j < bt.k {
             let o = (qi * bt.k + j) as usize;
             if j < nr {
                 let v = *exact.add(j as usize);
-                *(bt.out_ids as *mut u32).add(o) = v as u32;
+                *(bt.out_ids as *mut u32).add(o) = v as u32 & !EXPANDED_BIT;
                 *(bt.out_dists as *mut f32).add(o) = f32_from_order_key((v >> 32) as u32);
             } else {
                 *(bt.out_ids as *mut u32).add(o) = PAD_ID;
@@ -599,6 +680,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
         add_shared(ctr.add(CTR_SKETCH), counts.sketch);
         add_shared(ctr.add(CTR_NO_FRAGMENT), counts.no_fragment);
         add_shared(ctr.add(CTR_ROW_ENTRIES), counts.row_entries);
+        add_shared(ctr.add(CTR_EXACT), counts.exact);
         sync();
         if t == 0 {
             let stats = bt.stats as *mut u64;
@@ -614,7 +696,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
                 stats.add(STAT_SKETCH_DISTANCES),
                 *ctr.add(CTR_SKETCH) as u64,
             );
-            add_global_u64(stats.add(STAT_EXACT_DISTANCES), nr as u64);
+            add_global_u64(stats.add(STAT_EXACT_DISTANCES), *ctr.add(CTR_EXACT) as u64);
             add_global_u64(stats.add(STAT_SEEDED_QUERIES), seeded as u64);
             add_global_u64(
                 stats.add(STAT_ROW_ENTRIES),

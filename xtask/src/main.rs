@@ -12,13 +12,13 @@ mod build_cmd;
 mod data;
 mod demo;
 mod fetch;
-mod passages;
-mod text;
 mod gpu_bench;
+mod passages;
 mod plot;
 mod progress;
 mod search_cmd;
 mod synth;
+mod text;
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -54,7 +54,8 @@ fn format_of(path: &Path) -> Option<Format> {
     if translated {
         return None;
     }
-    if (name.ends_with(".txt") && (s.contains("/_sources/") || s.contains("/Documentation/") || s.contains("/git-doc/")))
+    if (name.ends_with(".txt")
+        && (s.contains("/_sources/") || s.contains("/Documentation/") || s.contains("/git-doc/")))
         || name.ends_with(".md")
     {
         Some(Format::PlainText)
@@ -72,7 +73,10 @@ fn format_of(path: &Path) -> Option<Format> {
 /// Sphinx manuals ship their sources (`_sources/`) beside the HTML: those are
 /// read instead.
 fn beside_sphinx_sources(path: &Path) -> bool {
-    path.ancestors().skip(1).take(5).any(|dir| dir.join("_sources").is_dir())
+    path.ancestors()
+        .skip(1)
+        .take(5)
+        .any(|dir| dir.join("_sources").is_dir())
 }
 
 /// Read one file (gzip-compressed when its name ends in `.gz`) as text.
@@ -166,7 +170,9 @@ fn flush(current: &mut String, out: &mut Vec<String>) {
 fn is_underline(line: &str) -> bool {
     let mut chars = line.chars();
     match chars.next() {
-        Some(c) if c.is_ascii_punctuation() => line.len() >= 3 && line.chars().all(|d| d == c || d == ' ' || d == '+'),
+        Some(c) if c.is_ascii_punctuation() => {
+            line.len() >= 3 && line.chars().all(|d| d == c || d == ' ' || d == '+')
+        }
         _ => false,
     }
 }
@@ -199,7 +205,9 @@ fn strip_inline_markup(text: &str, format: Format) -> String {
         // rst roles such as :ref:`text` and :c:func:`name`
         if c == ':' {
             let mut j = i + 1;
-            while j < chars.len() && (chars[j].is_ascii_alphanumeric() || chars[j] == ':' || chars[j] == '-') {
+            while j < chars.len()
+                && (chars[j].is_ascii_alphanumeric() || chars[j] == ':' || chars[j] == '-')
+            {
                 j += 1;
             }
             if j < chars.len() && chars[j] == '`' && j > i + 1 && chars[j - 1] == ':' {
@@ -235,7 +243,10 @@ fn man_paragraphs(text: &str) -> Vec<String> {
                 "fi" | "EE" => literal = false,
                 "B" | "I" | "BR" | "IR" | "RB" | "RI" | "BI" | "IB" | "SM" | "SB" if !literal => {
                     let joined = if name.len() == 2 {
-                        args.replace('"', "").split_whitespace().collect::<Vec<_>>().join("")
+                        args.replace('"', "")
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join("")
                     } else {
                         args.replace('"', "")
                     };
@@ -320,7 +331,11 @@ fn html_paragraphs(text: &str) -> Vec<String> {
         };
         let tag = rest[open + 1..open + close].to_ascii_lowercase();
         rest = &rest[open + close + 1..];
-        let name = tag.trim_start_matches('/').split(|c: char| c.is_whitespace() || c == '/').next().unwrap_or("");
+        let name = tag
+            .trim_start_matches('/')
+            .split(|c: char| c.is_whitespace() || c == '/')
+            .next()
+            .unwrap_or("");
         if let Some(end) = skip_until {
             if tag.starts_with('/') && name == end {
                 skip_until = None;
@@ -338,9 +353,8 @@ fn html_paragraphs(text: &str) -> Vec<String> {
                 });
                 flush(&mut current, &mut out);
             }
-            "p" | "div" | "br" | "li" | "dt" | "dd" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6" | "tr" | "td" | "title" => {
-                flush(&mut current, &mut out)
-            }
+            "p" | "div" | "br" | "li" | "dt" | "dd" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6"
+            | "tr" | "td" | "title" => flush(&mut current, &mut out),
             _ => {}
         }
     }
@@ -367,7 +381,9 @@ fn sentences(paragraph: &str) -> Vec<String> {
     for i in 0..bytes.len() {
         let end_mark = matches!(bytes[i], b'.' | b'?' | b'!');
         let next_starts = bytes.get(i + 1) == Some(&b' ')
-            && bytes.get(i + 2).is_some_and(|b| b.is_ascii_uppercase() || *b == b'"');
+            && bytes
+                .get(i + 2)
+                .is_some_and(|b| b.is_ascii_uppercase() || *b == b'"');
         if end_mark && next_starts && !ends_with_abbreviation(&text[start..=i]) {
             out.push(text[start..=i].to_string());
             start = i + 2;
@@ -381,8 +397,10 @@ fn sentences(paragraph: &str) -> Vec<String> {
 
 fn ends_with_abbreviation(sentence: &str) -> bool {
     let last = sentence.rsplit(' ').next().unwrap_or("");
-    matches!(last, "e.g." | "i.e." | "etc." | "vs." | "Mr." | "Dr." | "cf." | "No." | "Fig.")
-        || (last.len() == 2 && last.as_bytes()[0].is_ascii_uppercase())
+    matches!(
+        last,
+        "e.g." | "i.e." | "etc." | "vs." | "Mr." | "Dr." | "cf." | "No." | "Fig."
+    ) || (last.len() == 2 && last.as_bytes()[0].is_ascii_uppercase())
 }
 
 /// Whether a sentence reads as prose: starts with a capital letter, ends with a
@@ -397,11 +415,16 @@ fn is_prose(sentence: &str) -> bool {
     if sentence.split(' ').count() < 4 {
         return false;
     }
-    const CODE: [&str; 10] = ["{", "}", " = ", "==", "->", "::", "/*", "$(", "#include", "=>"];
+    const CODE: [&str; 10] = [
+        "{", "}", " = ", "==", "->", "::", "/*", "$(", "#include", "=>",
+    ];
     if CODE.iter().any(|c| sentence.contains(c)) {
         return false;
     }
-    let letters = sentence.chars().filter(|c| c.is_alphabetic() || *c == ' ').count();
+    let letters = sentence
+        .chars()
+        .filter(|c| c.is_alphabetic() || *c == ' ')
+        .count();
     letters * 100 >= sentence.chars().count() * 80
 }
 
@@ -448,17 +471,27 @@ mod tests {
     fn rst_prose_is_kept_and_code_is_dropped() {
         let text = "Title\n=====\n\nThis driver handles the device. It reads the register\nfirst and then the status.\n\nExample::\n\n    int x = read(dev);\n\nThe value is returned to the caller of the function.\n";
         let paras = paragraphs(text, Format::PlainText);
-        let all: Vec<String> = paras.iter().flat_map(|p| passages_of(&sentences(p))).collect();
-        assert!(all.iter().any(|p| p.starts_with("This driver handles the device.")));
+        let all: Vec<String> = paras
+            .iter()
+            .flat_map(|p| passages_of(&sentences(p)))
+            .collect();
+        assert!(all
+            .iter()
+            .any(|p| p.starts_with("This driver handles the device.")));
         assert!(all.iter().all(|p| !p.contains("int x")));
-        assert!(all.iter().any(|p| p == "The value is returned to the caller of the function."));
+        assert!(all
+            .iter()
+            .any(|p| p == "The value is returned to the caller of the function."));
     }
 
     #[test]
     fn man_escapes_and_requests() {
         let text = ".TH LS 1\n.SH DESCRIPTION\nList information about the \\fBFILEs\\fR (the current\ndirectory by default).\n.PP\nSort entries alphabetically if none of \\-cftuvSUX nor \\fB\\-\\-sort\\fR is specified.\n";
         let paras = man_paragraphs(text);
-        assert_eq!(paras[0], "List information about the FILEs (the current directory by default).");
+        assert_eq!(
+            paras[0],
+            "List information about the FILEs (the current directory by default)."
+        );
         assert!(paras[1].contains("--sort"));
     }
 
@@ -466,12 +499,25 @@ mod tests {
     fn html_text_without_tags() {
         let text = "<html><p>The <b>planner</b> chooses a plan &amp; runs it.</p><pre>SELECT 1;</pre><p>Indexes speed up the lookups of rows.</p></html>";
         let paras = html_paragraphs(text);
-        assert_eq!(paras, vec!["The planner chooses a plan & runs it.", "Indexes speed up the lookups of rows."]);
+        assert_eq!(
+            paras,
+            vec![
+                "The planner chooses a plan & runs it.",
+                "Indexes speed up the lookups of rows."
+            ]
+        );
     }
 
     #[test]
     fn sentences_split_at_marks_not_abbreviations() {
         let s = sentences("Use a tool, e.g. Make to build. Then run it! Does it work?");
-        assert_eq!(s, vec!["Use a tool, e.g. Make to build.", "Then run it!", "Does it work?"]);
+        assert_eq!(
+            s,
+            vec![
+                "Use a tool, e.g. Make to build.",
+                "Then run it!",
+                "Does it work?"
+            ]
+        );
     }
 }

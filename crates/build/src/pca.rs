@@ -12,6 +12,8 @@ pub struct Pca {
     pub m: usize,
     /// Variances along the columns of `basis`.
     pub variances: Vec<f64>,
+    /// All `D` variances, descending (the PCA spectrum).
+    pub spectrum: Vec<f64>,
 }
 
 /// Rows used for PCA: all when `n <= sample`, else a seeded sample without
@@ -31,8 +33,14 @@ pub fn sample_rows(n: usize, sample: usize, seed: u64) -> Vec<usize> {
     idx
 }
 
-/// Mean (over all rows) and the top `m` principal directions (over `rows`).
-pub fn fit(data: &[f32], dim: usize, rows: &[usize], m: usize) -> Pca {
+/// Mean (over all rows) and the top `m` principal directions (over `rows`),
+/// `m` chosen by `choose_m` from the spectrum (all `D` variances, descending).
+pub fn fit(
+    data: &[f32],
+    dim: usize,
+    rows: &[usize],
+    choose_m: impl FnOnce(&[f64]) -> usize,
+) -> Pca {
     let n = data.len() / dim;
     let mut mean64 = data
         .par_chunks(dim * 4096)
@@ -77,8 +85,14 @@ pub fn fit(data: &[f32], dim: usize, rows: &[usize], m: usize) -> Pca {
     let cov = Mat::<f64>::from_fn(dim, dim, |i, j| {
         0.5 * (cov32[(i, j)] as f64 + cov32[(j, i)] as f64)
     });
-    let m = m.min(dim);
-    let (basis, variances) = match cov.self_adjoint_eigen(Side::Lower) {
+    let evd = cov.self_adjoint_eigen(Side::Lower);
+    // Eigenvalues ascend.
+    let spectrum: Vec<f64> = match &evd {
+        Ok(evd) => (0..dim).rev().map(|c| evd.S()[c].max(0.0)).collect(),
+        Err(_) => vec![1.0; dim],
+    };
+    let m = choose_m(&spectrum).clamp(1, dim);
+    let (basis, variances) = match evd {
         Ok(evd) => {
             let u = evd.U();
             let sv = evd.S();
@@ -107,5 +121,6 @@ pub fn fit(data: &[f32], dim: usize, rows: &[usize], m: usize) -> Pca {
         basis,
         m,
         variances,
+        spectrum,
     }
 }

@@ -27,11 +27,30 @@ pub(crate) fn structure(
         true => Some(report.phase("gpu_open", || Device::open(0))?),
         false => None,
     };
-    // PCA: the copies draw from the top-64 subspace, the sketch needs the top w.
+    // PCA: the copies draw from the top-64 subspace, the sketch needs the top
+    // w (chosen here from the spectrum unless given).
     let m_copy = sdim.min(64);
-    let m = m_copy.max(p.sketch_width.min(sdim));
+    let mut w = p.sketch_width;
     let sample = pca::sample_rows(n, p.pca_sample, p.seed);
-    let pca = report.phase("pca", || pca::fit(x, sdim, &sample, m));
+    let pca = report.phase("pca", || {
+        pca::fit(x, sdim, &sample, |spectrum| {
+            if p.sketch_width_auto {
+                w = sketch::width_for_spectrum(spectrum);
+            }
+            m_copy.max(w.min(sdim))
+        })
+    });
+    let m = pca.m;
+    let held = pca.spectrum[..w.min(sdim)].iter().sum::<f64>()
+        / pca.spectrum.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    tracing::info!(
+        sketch_width = w,
+        chosen = p.sketch_width_auto,
+        variance_held = held,
+        "sketch width"
+    );
+    report.sketch_width = w;
+    report.sketch_variance = held;
     let sigma = (pca.variances[..m_copy].iter().sum::<f64>() / m_copy as f64)
         .sqrt()
         .max(1e-12);
@@ -173,7 +192,6 @@ pub(crate) fn structure(
 
     // Sketch: the first w principal coordinates (zero beyond m), scales
     // from the PCA sample.
-    let w = p.sketch_width;
     let (sketch_scales, sketch_rows) = report.phase("sketch", || {
         let pcs_ref: &[f32] = &pcs;
         let row = move |r: usize| (0..w).map(move |j| if j < m { pcs_ref[r * m + j] } else { 0.0 });

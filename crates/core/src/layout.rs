@@ -44,6 +44,10 @@ pub const EMPTY_SLOT: u32 = u32::MAX;
 /// Most slots of a query's shared-memory visited set.
 pub const MAX_HASH_SLOTS: u32 = 32_768;
 
+/// Most slots of a query's visited set in the global scratch (a spilled
+/// batch): one per entry read up to this bound.
+pub const MAX_SPILL_HASH_SLOTS: u32 = 1 << 20;
+
 /// Marks an expanded entry in the low word of a candidate (ids are `< 2^31`).
 pub const EXPANDED_BIT: u32 = 1 << 31;
 
@@ -129,6 +133,9 @@ pub struct BatchView {
     pub out_dists: u64,
     /// `u64` work counters, [`STAT_SLOTS`] of them, summed over the batch.
     pub stats: u64,
+    /// Device address of `nq x scratch_per_query` bytes of global scratch
+    /// (used when `scratch_per_query > 0`).
+    pub scratch: u64,
     /// Queries in the batch (blocks beyond it return at once).
     pub nq: u32,
     pub k: u32,
@@ -152,6 +159,10 @@ pub struct BatchView {
     /// 1: rerank in every wave (`SearchParams::wave_rerank` on the host);
     /// 0: once, after the last wave.
     pub wave_rerank: u32,
+    /// Bytes of global scratch per query when the large per-query arrays
+    /// (candidates, exact list, visited set, fresh ids) do not fit in shared
+    /// memory; 0 keeps them in shared memory.
+    pub scratch_per_query: u32,
     /// Profiling only: end each query after this phase ([`STOP_AFTER_INIT`]
     /// ...); `0` runs the whole search. Timing the variants gives the cost of
     /// each phase inside the one kernel.
@@ -178,7 +189,10 @@ pub const STAT_SEEDED_QUERIES: usize = 4;
 pub const STAT_ROW_ENTRIES: usize = 5;
 pub const STAT_SLOTS: usize = 8;
 
-/// Byte offsets of the parts of `wave_search`'s dynamic shared memory.
+/// Byte offsets of the parts of `wave_search`'s per-query memory. The large
+/// arrays (`buf`, `exact`, `hash`, `fresh`) are offsets into shared memory, or,
+/// when the batch spills (`BatchView::scratch_per_query > 0`), into the
+/// query's slice of the global scratch; the rest is always shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchSmem {
     /// `u32` counters (16).
@@ -189,6 +203,8 @@ pub struct SearchSmem {
     pub exact: u32,
     /// `u32` visited set, `hash_slots`.
     pub hash: u32,
+    /// `u32` ids first seen in the current round, [`SearchSmem::fresh_len`].
+    pub fresh: u32,
     /// `f32` sketch query coordinates, `sketch_width`.
     pub qs: u32,
     /// `f32` sketch scales, `sketch_width`.
@@ -199,12 +215,15 @@ pub struct SearchSmem {
     pub hits: u32,
     /// `u32` fragment found per (copy, spacing), `copies x spacings`.
     pub hits_by_spacing: u32,
-    /// `u32` ids first seen in the current round, [`SearchSmem::fresh_len`].
-    pub fresh: u32,
     /// `u32` start points of a wave, `start_points`.
     pub starts: u32,
-    /// Total bytes.
+    /// Shared-memory bytes.
     pub total: u32,
+    /// Bytes of the large arrays (in shared memory, or per query in the
+    /// global scratch when spilled).
+    pub large: u32,
+    /// The large arrays live in the global scratch.
+    pub spilled: bool,
 }
 
 const fn align_up(x: u32, a: u32) -> u32 {
@@ -215,31 +234,39 @@ impl SearchSmem {
     pub const COUNTERS: u32 = 16;
 
     pub const fn new(index: &IndexView, batch: &BatchView) -> Self {
+        let spilled = batch.scratch_per_query > 0;
         let counters = 0;
-        let buf = align_up(counters + 4 * Self::COUNTERS, 16);
+        let after_counters = align_up(counters + 4 * Self::COUNTERS, 16);
+        // The large arrays, from `start` (the scratch slice's 0 when spilled).
+        let start = if spilled { 0 } else { after_counters };
+        let buf = start;
         let exact = buf + 8 * batch.buf_len;
         let hash = exact + 8 * batch.rerank_len;
-        let qs = align_up(hash + 4 * batch.hash_slots, 16);
+        let fresh = align_up(hash + 4 * batch.hash_slots, 16);
+        let large_end = align_up(fresh + 4 * Self::fresh_len(index, batch), 16);
+        let large = large_end - start;
+        let qs = if spilled { after_counters } else { large_end };
         let scales = qs + 4 * index.sketch_width;
         let query = align_up(scales + 4 * index.sketch_width, 16);
         let hits = align_up(query + 4 * index.dim, 16);
         let hits_by_spacing = hits + 4 * index.copies;
-        let fresh = hits_by_spacing + 4 * index.copies * index.spacings;
-        let starts = fresh + 4 * Self::fresh_len(index, batch);
+        let starts = hits_by_spacing + 4 * index.copies * index.spacings;
         let total = align_up(starts + 4 * batch.start_points, 16);
         Self {
             counters,
             buf,
             exact,
             hash,
+            fresh,
             qs,
             scales,
             query,
             hits,
             hits_by_spacing,
-            fresh,
             starts,
             total,
+            large,
+            spilled,
         }
     }
 

@@ -160,21 +160,25 @@ impl GpuSearcher {
         self.dev.bytes
     }
 
-    /// Shared memory one query's block needs with these parameters.
-    pub fn shared_memory_per_query(
-        &self,
+    /// Shared memory one query's block needs with these parameters, and the
+    /// global scratch per query when its large arrays spill there (0 when they
+    /// fit in shared memory).
+    pub fn memory_per_query(
+        &mut self,
         k: usize,
         p: &SearchParams,
-    ) -> Result<usize, SearchError> {
+    ) -> Result<(usize, usize), SearchError> {
         let plan = SearchPlan::new(self.index.raw.header(), p, k)?;
         let v = batch_view(
             &self.dev.view.view,
-            &self.slots[0].buffers,
+            &mut self.slots[0].buffers,
             1,
+            self.max_batch,
             &plan,
             &self.gpu,
-        );
-        Ok(SearchSmem::new(&self.dev.view.view, &v).total as usize)
+        )?;
+        let lay = SearchSmem::new(&self.dev.view.view, &v);
+        Ok((lay.total as usize, v.scratch_per_query as usize))
     }
 
     /// The shared memory `view`'s blocks need, or why the device cannot give

@@ -170,6 +170,18 @@ pub unsafe fn cas_shared(p: *mut u32, cmp: u32, new: u32) -> u32 {
     old
 }
 
+/// Compare-and-swap on a generic pointer (shared or global memory).
+#[inline(always)]
+pub unsafe fn cas_generic(p: *mut u32, cmp: u32, new: u32) -> u32 {
+    let old: u32;
+    // SAFETY: `p` is a valid, 4-byte aligned shared or global address.
+    unsafe {
+        asm!("atom.cas.b32 {0}, [{1}], {2}, {3};",
+             out(reg32) old, in(reg64) p, in(reg32) cmp, in(reg32) new);
+    }
+    old
+}
+
 #[inline(always)]
 pub unsafe fn add_shared(p: *mut u32, v: u32) -> u32 {
     let old: u32;

@@ -62,9 +62,10 @@ unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
     }
 }
 
-/// Insert `id` into the visited set; true when it was not there.
+/// Insert `id` into the visited set (in shared memory, or in the global
+/// scratch when `global`); true when it was not there.
 #[inline(always)]
-unsafe fn visit(hash: *mut u32, mask: u32, id: u32) -> bool {
+unsafe fn visit(hash: *mut u32, mask: u32, id: u32, global: bool) -> bool {
     let h = id.wrapping_mul(0x9E37_79B1);
     let mut s = (h ^ (h >> 15)) & mask;
     let mut probes = 0;
@@ -77,7 +78,11 @@ unsafe fn visit(hash: *mut u32, mask: u32, id: u32) -> bool {
                 return false;
             }
             if cur == EMPTY_SLOT {
-                let prev = cas_shared(slot, EMPTY_SLOT, id);
+                let prev = if global {
+                    cas_generic(slot, EMPTY_SLOT, id)
+                } else {
+                    cas_shared(slot, EMPTY_SLOT, id)
+                };
                 if prev == EMPTY_SLOT {
                     return true;
                 }
@@ -345,6 +350,8 @@ struct Round<'a> {
     scales: *const f32,
     hash: *mut u32,
     mask: u32,
+    /// The large arrays are in the global scratch.
+    global: bool,
     fresh: *mut u32,
     fresh_count: *mut u32,
     buf: *mut u64,
@@ -382,7 +389,7 @@ impl Round<'_> {
                     // SAFETY: shared pointers of the layout; fresh holds every
                     // id a round can see (fresh_len).
                     unsafe {
-                        if visit(self.hash, self.mask, id) {
+                        if visit(self.hash, self.mask, id, self.global) {
                             let p = add_shared(self.fresh_count, 1);
                             *self.fresh.add(p as usize) = id;
                         }
@@ -459,10 +466,17 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
         let t = tid();
         let lay = SearchSmem::new(&ix, &bt);
         let base = gpu_launch_sized_workgroup_mem::<u64>() as *mut u8;
+        // The large arrays: in shared memory, or in this query's slice of the
+        // global scratch when the batch spills.
+        let large = if lay.spilled {
+            (bt.scratch as *mut u8).add(qi as usize * bt.scratch_per_query as usize)
+        } else {
+            base
+        };
         let ctr = base.add(lay.counters as usize) as *mut u32;
-        let buf = base.add(lay.buf as usize) as *mut u64;
-        let exact = base.add(lay.exact as usize) as *mut u64;
-        let hash = base.add(lay.hash as usize) as *mut u32;
+        let buf = large.add(lay.buf as usize) as *mut u64;
+        let exact = large.add(lay.exact as usize) as *mut u64;
+        let hash = large.add(lay.hash as usize) as *mut u32;
         let qs = base.add(lay.qs as usize) as *mut f32;
         let scales = base.add(lay.scales as usize) as *mut f32;
         let query = base.add(lay.query as usize) as *mut f32;
@@ -511,7 +525,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
         let cd = 8 * ix.blocks;
         let nsp = ix.spacings;
         let hits_by_spacing = base.add(lay.hits_by_spacing as usize) as *mut u32;
-        let fresh = base.add(lay.fresh as usize) as *mut u32;
+        let fresh = large.add(lay.fresh as usize) as *mut u32;
         let fresh_count = ctr.add(CTR_FRESH);
         let mut i = t;
         while i < ix.copies * nsp {
@@ -562,6 +576,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             scales,
             hash,
             mask,
+            global: lay.spilled,
             fresh,
             fresh_count,
             buf,

@@ -3,7 +3,9 @@
 //! products, then `wave_search`), run directly or captured as a CUDA graph.
 
 use octex_kernels::driver::{CudaGraph, CudaSlice};
-use octex_kernels::layout::{BatchView, IndexView, MAX_HASH_SLOTS, STAT_SLOTS};
+use octex_kernels::layout::{
+    BatchView, IndexView, SearchSmem, MAX_HASH_SLOTS, MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
+};
 use octex_kernels::{device_address, DeviceBatchView, Gpu, GpuError};
 
 use super::device_index::DeviceIndex;
@@ -17,6 +19,8 @@ pub(super) struct BatchBuffers {
     pub ids: CudaSlice<u32>,
     pub dists: CudaSlice<f32>,
     pub stats: CudaSlice<u64>,
+    /// Global scratch of a spilled batch ([`batch_view`]), grown on demand.
+    pub scratch: Option<CudaSlice<u8>>,
     pub k_cap: usize,
     pub view: DeviceBatchView,
 }
@@ -36,20 +40,27 @@ impl BatchBuffers {
             ids: gpu.zeros(n * k_cap)?,
             dists: gpu.zeros(n * k_cap)?,
             stats: gpu.zeros(STAT_SLOTS)?,
+            scratch: None,
             k_cap,
             view: DeviceBatchView::new(gpu, BatchView::default())?,
         })
     }
 }
 
-/// Sizes of one search on the device.
+/// Sizes of one search on the device, with the batch's buffer addresses. The
+/// large per-query arrays (candidates, exact list, visited set, fresh ids)
+/// stay in shared memory while the block fits the device's; past that they
+/// spill to a global scratch of `max_batch` query slices (allocated here, kept
+/// for later batches), where the visited set may also grow with the entries
+/// read. Nothing is refused for its size.
 pub(super) fn batch_view(
     ix: &IndexView,
-    b: &BatchBuffers,
+    b: &mut BatchBuffers,
     nq: usize,
+    max_batch: usize,
     plan: &SearchPlan,
     s: &Gpu,
-) -> BatchView {
+) -> Result<BatchView, GpuError> {
     let (p, k) = (&plan.params, plan.k);
     let r = plan.read_depth as u32;
     let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
@@ -63,13 +74,14 @@ pub(super) fn batch_view(
     // memory of a load-0.5 table (more blocks per SM). A full set drops ids.
     let hash_slots = entries.next_power_of_two().clamp(64, MAX_HASH_SLOTS);
     let st = s.stream();
-    BatchView {
+    let mut view = BatchView {
         z: device_address(&b.z, st),
         pcs: device_address(&b.pcs, st),
         queries: device_address(&b.queries, st),
         out_ids: device_address(&b.ids, st),
         out_dists: device_address(&b.dists, st),
         stats: device_address(&b.stats, st),
+        scratch: 0,
         nq: nq as u32,
         k: k as u32,
         read_depth: r,
@@ -87,8 +99,23 @@ pub(super) fn batch_view(
             (p.rerank as u32).max(2).next_power_of_two()
         },
         wave_rerank: p.wave_rerank as u32,
+        scratch_per_query: 0,
         stop_after: 0,
+    };
+    if SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
+        view.hash_slots = entries.next_power_of_two().clamp(64, MAX_SPILL_HASH_SLOTS);
+        view.scratch_per_query = 1;
+        view.scratch_per_query = SearchSmem::new(ix, &view).large;
+        let bytes = max_batch * view.scratch_per_query as usize;
+        if b.scratch.as_ref().is_none_or(|sc| sc.len() < bytes) {
+            b.scratch = None;
+            b.scratch = Some(s.zeros::<u8>(bytes)?);
+        }
+        if let Some(sc) = &b.scratch {
+            view.scratch = device_address(sc, st);
+        }
     }
+    Ok(view)
 }
 
 /// The two products and the bias subtraction that project a batch: principal

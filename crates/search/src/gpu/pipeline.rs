@@ -121,11 +121,12 @@ impl GpuSearcher {
                     stop_after: self.stop_after,
                     ..batch_view(
                         &self.dev.view.view,
-                        &self.slots[s].buffers,
+                        &mut self.slots[s].buffers,
                         n,
+                        self.max_batch,
                         plan,
                         &self.gpu,
-                    )
+                    )?
                 };
                 self.shared_memory(&view, &plan.params)?;
                 // Stored-space queries straight into page-locked memory, on all

@@ -146,11 +146,12 @@ impl GpuSearcher {
             stop_after: self.stop_after,
             ..batch_view(
                 &self.dev.view.view,
-                &self.slots[0].buffers,
+                &mut self.slots[0].buffers,
                 nq,
+                self.max_batch,
                 plan,
                 &self.gpu,
-            )
+            )?
         };
         self.shared_memory(&view, p)?;
         let st = self.gpu.stream().clone();

@@ -8,25 +8,6 @@
 use rayon::prelude::*;
 
 /// Scales for `coords` (`rows x w`).
-#[cfg(test)]
-mod width_tests {
-    use super::*;
-
-    #[test]
-    fn width_follows_the_spectrum() {
-        // Fast decay: 90% within the first 16.
-        let fast: Vec<f64> = (0..384).map(|i| 0.5f64.powi(i)).collect();
-        assert_eq!(width_for_spectrum(&fast), 16);
-        // Flat: 90% needs 90% of the coordinates, capped at the bound.
-        let flat = vec![1.0; 384];
-        assert_eq!(width_for_spectrum(&flat), AUTO_MAX_WIDTH);
-        let flat100 = vec![1.0; 100];
-        assert_eq!(width_for_spectrum(&flat100), 96);
-        assert_eq!(width_for_spectrum(&[0.0; 50]), 16);
-        assert_eq!(auto_width_bound(50), 64);
-    }
-}
-
 /// Share of the data's variance that a sketch chosen from the data holds
 /// ([`width_for_spectrum`]).
 pub const AUTO_VARIANCE: f64 = 0.90;
@@ -101,4 +82,23 @@ pub fn encode(coords: &[f32], scales: &[f32]) -> Vec<i8> {
             }
         });
     out
+}
+
+#[cfg(test)]
+mod width_tests {
+    use super::*;
+
+    #[test]
+    fn width_follows_the_spectrum() {
+        // Fast decay: 90% within the first 16.
+        let fast: Vec<f64> = (0..384).map(|i| 0.5f64.powi(i)).collect();
+        assert_eq!(width_for_spectrum(&fast), 16);
+        // Flat: 90% needs 90% of the coordinates, capped at the bound.
+        let flat = vec![1.0; 384];
+        assert_eq!(width_for_spectrum(&flat), AUTO_MAX_WIDTH);
+        let flat100 = vec![1.0; 100];
+        assert_eq!(width_for_spectrum(&flat100), 96);
+        assert_eq!(width_for_spectrum(&[0.0; 50]), 16);
+        assert_eq!(auto_width_bound(50), 64);
+    }
 }

@@ -285,12 +285,8 @@ fn groff_escapes(text: &str) -> String {
             continue;
         }
         match chars.next() {
-            Some('f') => {
-                if chars.next() == Some('(') {
-                    chars.next();
-                    chars.next();
-                }
-            }
+            // Font changes and named strings: `\fB`, `\f(CW`, `\*R`, `\*(Tm`.
+            Some('f') | Some('*') => skip_escape_name(&mut chars),
             Some('(') => {
                 let a = chars.next().unwrap_or(' ');
                 let b = chars.next().unwrap_or(' ');
@@ -298,12 +294,6 @@ fn groff_escapes(text: &str) -> String {
                     ('a', 'q') | ('r', 'q') | ('l', 'q') | ('d', 'q') => out.push('\''),
                     ('e', 'm') | ('e', 'n') => out.push('-'),
                     _ => {}
-                }
-            }
-            Some('*') => {
-                if chars.next() == Some('(') {
-                    chars.next();
-                    chars.next();
                 }
             }
             Some('-') => out.push('-'),
@@ -315,6 +305,14 @@ fn groff_escapes(text: &str) -> String {
         }
     }
     out
+}
+
+/// Skip a groff escape's name: one character, or `(` and two.
+fn skip_escape_name(chars: &mut impl Iterator<Item = char>) {
+    if chars.next() == Some('(') {
+        chars.next();
+        chars.next();
+    }
 }
 
 fn html_paragraphs(text: &str) -> Vec<String> {

@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn rst_prose_is_kept_and_code_is_dropped() {
-        let text = "Title\n=====\n\nThis driver handles the device. It reads the register\nfirst and then the status.\n\nExample::\n\n    int x = read(dev);\n\nThe value is returned to the caller of the function.\n";
+        let text = "Title\n=====\n\nThis driver handles the device on the bus. It reads the register\nfirst and then the status.\n\nExample::\n\n    int x = read(dev);\n\nThe value is returned to the caller of the function.\n";
         let paras = paragraphs(text, Format::PlainText);
         let all: Vec<String> = paras
             .iter()
@@ -475,7 +475,7 @@ mod tests {
             .collect();
         assert!(all
             .iter()
-            .any(|p| p.starts_with("This driver handles the device.")));
+            .any(|p| p.starts_with("This driver handles the device on the bus.")));
         assert!(all.iter().all(|p| !p.contains("int x")));
         assert!(all
             .iter()

@@ -92,6 +92,22 @@ fn grid(quick: bool) -> Vec<SearchParams> {
             });
         }
     }
+    // Deeper reranks, once or in every wave (the high-recall end).
+    if !quick {
+        for (s, w) in [(64, 3), (128, 4), (256, 4)] {
+            for rerank in [64, 128] {
+                for wave_rerank in [false, true] {
+                    g.push(SearchParams {
+                        read_depth: 16,
+                        start_points: s,
+                        waves: w,
+                        rerank,
+                        wave_rerank,
+                    });
+                }
+            }
+        }
+    }
     // The cheap end: shallower reads and reranks.
     for (r, s, w, rr) in [(8, 4, 1, 16), (8, 8, 1, 16), (16, 8, 1, 16), (8, 16, 2, 32)] {
         g.push(SearchParams {
@@ -299,11 +315,12 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
         let secs = median(times);
         let q = stats.queries.max(1) as f64;
         println!(
-            "octex r={} S={:>3} W={} R={:>3}: recall@10 {recall:.4}  {:>9.0} QPS  ({:.0} sketch + {:.0} exact distances/query)",
+            "octex r={} S={:>3} W={} R={:>3}{}: recall@10 {recall:.4}  {:>9.0} QPS  ({:.0} sketch + {:.0} exact distances/query)",
             p.read_depth,
             p.start_points,
             p.waves,
             p.rerank,
+            if p.wave_rerank { " every wave" } else { "" },
             nq as f64 / secs,
             stats.sketch_distances as f64 / q,
             stats.exact_distances as f64 / q

@@ -47,6 +47,22 @@ fn grid() -> Vec<SearchParams> {
             }
         }
     }
+    // The high-recall end (the paper's sizes: S up to 512, W up to 6, R 128
+    // to 256 reranked once or in every wave); large S spills the per-query
+    // arrays to global memory.
+    for (s, w) in [(64, 3), (96, 4), (128, 4), (192, 4), (256, 4), (256, 6), (512, 4)] {
+        for rerank in [32, 64, 128, 256] {
+            for wave_rerank in [false, true] {
+                g.push(SearchParams {
+                    read_depth: 16,
+                    start_points: s,
+                    waves: w,
+                    rerank,
+                    wave_rerank,
+                });
+            }
+        }
+    }
     g
 }
 
@@ -198,11 +214,12 @@ pub fn run(
         let bytes = bytes_per_query(index, &r.stats, &p);
         let qps = batch as f64 / dev;
         println!(
-            "GPU r={:>2} S={:>3} W={} R={:>2}: recall@10 {recall:.4}  {:>10.0} QPS on device, {:>9.0} end to end; batch-100 latency {:.3} ms device, {:.3} ms wall; {:.0} sketch/query, ~{:.0} KB/query ({:.0} GB/s)",
+            "GPU r={:>2} S={:>3} W={} R={:>3}{}: recall@10 {recall:.4}  {:>10.0} QPS on device, {:>9.0} end to end; batch-100 latency {:.3} ms device, {:.3} ms wall; {:.0} sketch/query, ~{:.0} KB/query ({:.0} GB/s)",
             p.read_depth,
             p.start_points,
             p.waves,
             p.rerank,
+            if p.wave_rerank { " every wave" } else { "" },
             qps,
             batch as f64 / wall,
             lat_dev * 1e3,

@@ -173,7 +173,11 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         resolved.blocks,
         resolved.list_len,
         resolved.min_fragment,
-        resolved.sketch_width,
+        if resolved.sketch_width_auto {
+            format!("auto (<= {})", resolved.sketch_width)
+        } else {
+            resolved.sketch_width.to_string()
+        },
         resolved.row_len,
         if resolved.exact_rows { "exact" } else { "search" }
     );
@@ -235,6 +239,10 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
     println!(
         "  stored fragments per spacing (all copies) {:?}, of them with fewer than l members {:?}, key collisions {}",
         r.fragments, r.short_fragments, r.key_collisions
+    );
+    println!(
+        "  sketch: {} int8 principal coordinates, holding {:.3} of the variance",
+        r.sketch_width, r.sketch_variance
     );
     let how = match r.ripple_probes {
         Some(p) => format!("searched, {p} lists probed per centre"),

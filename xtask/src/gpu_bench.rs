@@ -50,7 +50,15 @@ fn grid() -> Vec<SearchParams> {
     // The high-recall end (the paper's sizes: S up to 512, W up to 6, R 128
     // to 256 reranked once or in every wave); large S spills the per-query
     // arrays to global memory.
-    for (s, w) in [(64, 3), (96, 4), (128, 4), (192, 4), (256, 4), (256, 6), (512, 4)] {
+    for (s, w) in [
+        (64, 3),
+        (96, 4),
+        (128, 4),
+        (192, 4),
+        (256, 4),
+        (256, 6),
+        (512, 4),
+    ] {
         for rerank in [32, 64, 128, 256] {
             for wave_rerank in [false, true] {
                 g.push(SearchParams {

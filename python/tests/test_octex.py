@@ -76,6 +76,12 @@ def test_params_and_recall_targets(index, data):
     r_loose = recall(index.search(queries, 10, params=loose)[0], truth)
     r_tight = recall(index.search(queries, 10, params=tight)[0], truth)
     assert r_tight >= r_loose and r_tight >= 0.97
+    # Per-wave rerank: a keyword that takes the defaults for the rest.
+    every = octex.SearchParams(rerank=32, wave_rerank=True)
+    assert every.wave_rerank and every.start_points == octex.SearchParams().start_points
+    assert "wave_rerank=True" in repr(every)
+    ids, dists = index.search(queries, 10, params=every)
+    assert recall(ids, truth) >= 0.9 and np.all(np.diff(dists, axis=1) >= 0)
     params, sample = index.params_for_recall(0.95, k=10)
     assert sample >= 0.95 and isinstance(params, octex.SearchParams)
     assert recall(index.search(queries, 10, recall=0.95)[0], truth) >= 0.93

@@ -94,19 +94,10 @@ fn grid(quick: bool) -> Vec<SearchParams> {
     }
     // Deeper reranks, once or in every wave (the high-recall end).
     if !quick {
-        for (s, w) in [(64, 3), (128, 4), (256, 4)] {
-            for rerank in [64, 128] {
-                for wave_rerank in [false, true] {
-                    g.push(SearchParams {
-                        read_depth: 16,
-                        start_points: s,
-                        waves: w,
-                        rerank,
-                        wave_rerank,
-                    });
-                }
-            }
-        }
+        g.extend(high_recall_points(
+            &[(64, 3), (128, 4), (256, 4)],
+            &[64, 128],
+        ));
     }
     // The cheap end: shallower reads and reranks.
     for (r, s, w, rr) in [(8, 4, 1, 16), (8, 8, 1, 16), (16, 8, 1, 16), (8, 16, 2, 32)] {
@@ -117,6 +108,26 @@ fn grid(quick: bool) -> Vec<SearchParams> {
             rerank: rr,
             wave_rerank: false,
         });
+    }
+    g
+}
+
+/// The high-recall end of a sweep: every `(S, W)` with every `R`, reranked
+/// once and in every wave, at `r = 16`.
+pub fn high_recall_points(sw: &[(usize, usize)], reranks: &[usize]) -> Vec<SearchParams> {
+    let mut g = Vec::new();
+    for &(start_points, waves) in sw {
+        for &rerank in reranks {
+            for wave_rerank in [false, true] {
+                g.push(SearchParams {
+                    read_depth: 16,
+                    start_points,
+                    waves,
+                    rerank,
+                    wave_rerank,
+                });
+            }
+        }
     }
     g
 }

@@ -14,7 +14,7 @@ use octex_kernels::{Gpu, GpuBruteForce};
 use octex_search::{GpuOptions, Index, SearchParams, SearchStats};
 use serde_json::{json, Value};
 
-use crate::bench::{machine, median, plot_results};
+use crate::bench::{high_recall_points, machine, median, plot_results};
 use crate::data::{self, Dataset};
 
 /// The GPU sweep: (S, W) pairs, each with several `R` and `r`.
@@ -50,27 +50,18 @@ fn grid() -> Vec<SearchParams> {
     // The high-recall end (the paper's sizes: S up to 512, W up to 6, R 128
     // to 256 reranked once or in every wave); large S spills the per-query
     // arrays to global memory.
-    for (s, w) in [
-        (64, 3),
-        (96, 4),
-        (128, 4),
-        (192, 4),
-        (256, 4),
-        (256, 6),
-        (512, 4),
-    ] {
-        for rerank in [32, 64, 128, 256] {
-            for wave_rerank in [false, true] {
-                g.push(SearchParams {
-                    read_depth: 16,
-                    start_points: s,
-                    waves: w,
-                    rerank,
-                    wave_rerank,
-                });
-            }
-        }
-    }
+    g.extend(high_recall_points(
+        &[
+            (64, 3),
+            (96, 4),
+            (128, 4),
+            (192, 4),
+            (256, 4),
+            (256, 6),
+            (512, 4),
+        ],
+        &[32, 64, 128, 256],
+    ));
     g
 }
 

@@ -32,7 +32,7 @@ impl Index {
         k: usize,
         p: &SearchParams,
     ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, false, None)
+        self.search_batch(queries, k, p, false)
     }
 
     /// Search queries already in the stored space (`nq x stored dim`: normalised
@@ -45,20 +45,7 @@ impl Index {
         k: usize,
         p: &SearchParams,
     ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, true, None)
-    }
-
-    /// [`Index::search_stored`] where query `i` never sees the stored vector
-    /// `exclude[i]` (it is marked visited before the search starts): a stored
-    /// vector searched as if it were held out (the tuning sample).
-    pub(crate) fn search_stored_excluding(
-        &self,
-        queries: &[f32],
-        k: usize,
-        p: &SearchParams,
-        exclude: &[u32],
-    ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, true, Some(exclude))
+        self.search_batch(queries, k, p, true)
     }
 
     fn search_batch(
@@ -67,7 +54,6 @@ impl Index {
         k: usize,
         p: &SearchParams,
         stored_space: bool,
-        exclude: Option<&[u32]>,
     ) -> Result<SearchResults, SearchError> {
         let qdim = if stored_space {
             self.raw.dim()
@@ -112,7 +98,6 @@ impl Index {
                     for i in 0..qn {
                         self.engine.search_one(
                             &self.raw,
-                            exclude.map(|e| e[q0 + i]),
                             &z[i * width..(i + 1) * width],
                             &qs[i * w..(i + 1) * w],
                             &stored[i * sdim..(i + 1) * sdim],
@@ -207,7 +192,6 @@ impl Searcher<'_> {
         let mut d = vec![0f32; k];
         ix.engine.search_one(
             &ix.raw,
-            None,
             &self.z,
             &self.qs,
             &self.stored,

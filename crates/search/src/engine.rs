@@ -279,15 +279,13 @@ impl Engine {
     }
 
     /// Search one query. `z` is its projection into all copies, `qs` its sketch
-    /// coordinates, `q` the stored-space query (normalised or augmented);
-    /// `exclude`, a stored id the search never reads nor returns.
+    /// coordinates, `q` the stored-space query (normalised or augmented).
     /// Writes `plan.k` ids and exact squared L2 distances (in the stored
     /// space), padded with `PAD_ID` / infinity when fewer were found.
     #[allow(clippy::too_many_arguments)]
     pub fn search_one(
         &self,
         index: &Index,
-        exclude: Option<u32>,
         z: &[f32],
         qs: &[f32],
         q: &[f32],
@@ -302,9 +300,6 @@ impl Engine {
         let (r, m, k) = (plan.read_depth, plan.keep, plan.k);
         let scales = index.sketch_scales();
         s.visited.clear();
-        if let Some(id) = exclude {
-            s.visited.insert(id);
-        }
         s.best.clear();
         s.ranked.clear();
         s.fresh.clear();

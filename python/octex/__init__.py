@@ -118,9 +118,8 @@ class Index:
 
     def params_for_recall(self, recall: float, k: int = 10) -> Tuple[SearchParams, float]:
         """The cheapest search parameters whose recall@k, measured on a sample
-        of the index's own vectors each searched as if held out (never read nor
-        returned, against its nearest other vectors), reaches ``recall``; and
-        that measured recall."""
+        of the index's own vectors moved off themselves (as new queries are), reaches
+        ``recall``; and that measured recall."""
         return self._inner.params_for_recall(float(recall), int(k))
 
     def search(

@@ -171,6 +171,9 @@ pub unsafe fn cas_shared(p: *mut u32, cmp: u32, new: u32) -> u32 {
 }
 
 /// Compare-and-swap on a generic pointer (shared or global memory).
+///
+/// # Safety
+/// `p` is a valid, 4-byte aligned address in shared or global memory.
 #[inline(always)]
 pub unsafe fn cas_generic(p: *mut u32, cmp: u32, new: u32) -> u32 {
     let old: u32;

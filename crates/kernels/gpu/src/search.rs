@@ -64,6 +64,9 @@ unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
 
 /// Insert `id` into the visited set (in shared memory, or in the global
 /// scratch when `global`); true when it was not there.
+///
+/// # Safety
+/// `hash` holds `mask + 1` slots, in shared memory unless `global`.
 #[inline(always)]
 unsafe fn visit(hash: *mut u32, mask: u32, id: u32, global: bool) -> bool {
     let h = id.wrapping_mul(0x9E37_79B1);
@@ -281,6 +284,11 @@ unsafe fn select_starts(
 /// [`EXACT_BIT`] there), appended to the exact list `exact[..nexact]`, which
 /// is then sorted and trimmed to `keep`; returns its length and adds the
 /// distances computed to `computed`. `slot` is a shared counter.
+///
+/// # Safety
+/// Called by every thread of the block. `buf` holds `nbest` entries, `exact`
+/// holds at least `nexact + rerank` entries (a power of two at least that
+/// long), `query` holds `ix.dim` values, and every id in `buf` is `< ix.n`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn exact_pass(

@@ -23,6 +23,19 @@ if [ -f "$C/fm-base.xz" ]; then
   cp "$C/fashion-mnist-gt10.ivecs" "$D/data/fashion-mnist/gt.ivecs"
   cp "$C/fashion-mnist.json" "$D/data/fashion-mnist/manifest.json"
 fi
+# fashion-mnist as bytes (its pixels are integers 0-255; smaller to carry).
+if [ -f "$C/fm-base.u8.xz" ] && [ ! -f "$D/data/fashion-mnist/base.fvecs" ]; then
+  mkdir -p "$D/data/fashion-mnist"
+  for n in base query; do
+    xz -dc "$C/fm-$n.u8.xz" | python3 -c "
+import sys, numpy as np
+v = np.frombuffer(sys.stdin.buffer.read(), np.uint8).reshape(-1, 784).astype(np.float32)
+out = np.empty((v.shape[0], 785), np.float32); out[:, 0] = np.array([784], np.int32).view(np.float32)[0]
+out[:, 1:] = v; out.tofile('$D/data/fashion-mnist/$n.fvecs')"
+  done
+  cp "$C/fashion-mnist-gt10.ivecs" "$D/data/fashion-mnist/gt.ivecs"
+  cp "$C/fashion-mnist.json" "$D/data/fashion-mnist/manifest.json"
+fi
 # glove-50: the base comes in pieces over several calls.
 if [ -f "$C/glove-50.json" ]; then
   mkdir -p "$D/data/glove-50"
@@ -95,6 +108,28 @@ for n in ['base', 'query']:
     xfer:*)
       IFS=- read -r first last <<< "${step#xfer:}"
       for i in $(seq -f %02g "$first" "$last"); do cp "$D/xfer/emb.f16.xz.part$i" "$OUT/" 2>/dev/null; done ;;
+    profile:*)
+      # profile:NAME:BUILT:S:W:R[:wave] -- Nsight Compute on one wave_search
+      # launch of a search of the index built by build:NAME:BUILT; the
+      # details page and the per-instruction (SASS) counters come back.
+      IFS=: read -r _ name built s w r wave <<< "$step"
+      tag="$name-S$s-W$w-R$r${wave:+-wave}"
+      extra=()
+      [ -n "${wave:-}" ] && extra=(--wave-rerank)
+      OCTEX_GPU_GRAPHS=0 ncu --clock-control none --kernel-name regex:^wave_search --launch-skip 0 --launch-count 1 \
+        --set full --import-source no -f -o "$D/out/prof-$tag" \
+        "$D/bin/xtask" search --index "$D/out/$name-$built.octex" --queries "$D/data/$name/query.fvecs" \
+        --gt "$D/data/$name/gt.ivecs" --backend gpu --start-points "$s" --waves "$w" --rerank "$r" "${extra[@]}" \
+        > "$OUT/prof-$tag.details.txt" 2>&1
+      ncu -i "$D/out/prof-$tag.ncu-rep" --page details >> "$OUT/prof-$tag.details.txt" 2>&1
+      ncu -i "$D/out/prof-$tag.ncu-rep" --page raw --csv 2>&1 | python3 -c "
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+for name, unit, value in zip(*rows[:3]):
+    if any(w in name for w in ('stall', 'pcsamp', 'occupancy', 'dram__bytes', 'throughput', 'sm__warps_active', 'launch__')):
+        print(name, unit, value)" > "$OUT/prof-$tag.raw.txt"
+      ncu -i "$D/out/prof-$tag.ncu-rep" --page source --print-source sass --csv 2>&1 | xz -6 > "$OUT/prof-$tag.sass.csv.xz"
+      grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory Config|Block Limit" "$OUT/prof-$tag.details.txt" | head -30 ;;
     synth)
       [ -f "$D/data/synth-1m/gt.ivecs" ] || "$D/bin/xtask" synth --name synth-1m 2>&1 | tee "$OUT/synth.log" ;;
     *) echo "unknown step $step" ;;

@@ -151,10 +151,11 @@ pub struct BatchView {
     pub keep: u32,
     /// Slots of the visited set (a power of two).
     pub hash_slots: u32,
-    /// Entries of the candidate buffer (a power of two).
+    /// Entries of the candidate buffer: the kept candidates plus one round's
+    /// new entries (the block sort takes any length).
     pub buf_len: u32,
-    /// Entries of the rerank sort (a power of two `>= R`; with `wave_rerank`,
-    /// `>= keep + R`, the exact list plus one wave's new entries).
+    /// Entries of the rerank sort (`R`; with `wave_rerank`, `keep + R`, the
+    /// exact list plus one pass's new entries).
     pub rerank_len: u32,
     /// 1: rerank in every wave (`SearchParams::wave_rerank` on the host);
     /// 0: once, after the last wave.

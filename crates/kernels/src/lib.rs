@@ -126,6 +126,8 @@ mod tests {
         let e = entries(PTX);
         for k in [
             "wave_search",
+            "wave_search_spilled",
+            "wave_search_dense",
             "fragment_keys",
             "sub_bias",
             "row_sq_norms",

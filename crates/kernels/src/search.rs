@@ -46,7 +46,17 @@ impl Gpu {
                 self.max_smem
             )));
         }
-        let mut b = self.stream.launch_builder(&self.wave_search);
+        // The large arrays in shared memory, or spilled to the global scratch:
+        // one kernel for each, so that the first uses shared-memory
+        // instructions throughout; small blocks get the build for four per SM.
+        let kernel = if batch.view.scratch_per_query > 0 {
+            &self.wave_search_spilled
+        } else if smem <= self.dense_max_smem {
+            &self.wave_search_dense
+        } else {
+            &self.wave_search
+        };
+        let mut b = self.stream.launch_builder(kernel);
         b.arg(&index.dev).arg(&batch.dev);
         // SAFETY: the views' pointers are live and sized as they say (their owners
         // build them); shared memory as SearchSmem lays it out.

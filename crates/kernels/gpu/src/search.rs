@@ -62,37 +62,46 @@ unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
     }
 }
 
-/// Insert `id` into the visited set (in shared memory, or in the global
-/// scratch when `global`); true when it was not there.
+/// Home slot of `id` in a visited set of `mask + 1` slots.
+#[inline(always)]
+fn home_slot(id: u32, mask: u32) -> u32 {
+    let h = id.wrapping_mul(0x9E37_79B1);
+    (h ^ (h >> 15)) & mask
+}
+
+/// Compare-and-swap of one visited-set slot: `id` goes in if the slot is
+/// empty; returns what the slot held.
+///
+/// # Safety
+/// `slot` is in shared memory unless `global`.
+#[inline(always)]
+unsafe fn claim(slot: *mut u32, id: u32, global: bool) -> u32 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if global {
+            cas_generic(slot, EMPTY_SLOT, id)
+        } else {
+            cas_shared(slot, EMPTY_SLOT, id)
+        }
+    }
+}
+
+/// Insert `id` into the visited set, probing linearly from slot `s` (the
+/// home slot was taken by another id); true when it was not there.
 ///
 /// # Safety
 /// `hash` holds `mask + 1` slots, in shared memory unless `global`.
 #[inline(always)]
-unsafe fn visit(hash: *mut u32, mask: u32, id: u32, global: bool) -> bool {
-    let h = id.wrapping_mul(0x9E37_79B1);
-    let mut s = (h ^ (h >> 15)) & mask;
+unsafe fn visit_from(hash: *mut u32, mask: u32, id: u32, mut s: u32, global: bool) -> bool {
     let mut probes = 0;
-    while probes <= mask {
+    while probes < mask {
         // SAFETY: s <= mask < the set's length.
-        unsafe {
-            let slot = hash.add(s as usize);
-            let cur = core::ptr::read_volatile(slot);
-            if cur == id {
-                return false;
-            }
-            if cur == EMPTY_SLOT {
-                let prev = if global {
-                    cas_generic(slot, EMPTY_SLOT, id)
-                } else {
-                    cas_shared(slot, EMPTY_SLOT, id)
-                };
-                if prev == EMPTY_SLOT {
-                    return true;
-                }
-                if prev == id {
-                    return false;
-                }
-            }
+        let prev = unsafe { claim(hash.add(s as usize), id, global) };
+        if prev == EMPTY_SLOT {
+            return true;
+        }
+        if prev == id {
+            return false;
         }
         s = (s + 1) & mask;
         probes += 1;
@@ -127,35 +136,55 @@ unsafe fn sketch_distance(ix: &IndexView, qs: *const f32, scales: *const f32, id
 }
 
 /// `acc` plus the terms of bytes `group .. min(group + 96, w)` of a sketch
-/// row.
+/// row. The six chunks are written out one by one, so the loaded words stay
+/// in registers (a loop over an array of them was not unrolled and went to
+/// local memory), and four partial sums break the chain of dependent adds.
 ///
 /// # Safety
 /// `row`, `qs` and `scales` hold `w` values.
 #[inline(always)]
-unsafe fn sketch_group(row: *const u8, qs: *const f32, scales: *const f32, group: usize, w: usize, mut acc: f32) -> f32 {
-    let mut words = [[0u32; 4]; SKETCH_CHUNKS];
-    // SAFETY: the caller's contract; chunks past w are not read.
+unsafe fn sketch_group(row: *const u8, qs: *const f32, scales: *const f32, group: usize, w: usize, acc: f32) -> f32 {
+    const _: () = assert!(SKETCH_CHUNKS == 6);
+    // SAFETY: the caller's contract; chunks past w are neither read nor summed.
     unsafe {
-        for (c, chunk) in words.iter_mut().enumerate() {
+        let load = |c: usize| {
             if group + 16 * c < w {
-                *chunk = load16_nc(row.add(group + 16 * c));
+                load16_nc(row.add(group + 16 * c))
+            } else {
+                [0u32; 4]
             }
-        }
-        for (c, chunk) in words.iter().enumerate() {
-            if group + 16 * c >= w {
-                break;
-            }
-            for (wi, word) in chunk.iter().enumerate() {
-                for b in 0..4 {
-                    let v = (*word >> (8 * b)) as u8 as i8 as f32;
-                    let j = group + 16 * c + 4 * wi + b;
-                    let d = *qs.add(j) - *scales.add(j) * v;
-                    acc += d * d;
+        };
+        let (w0, w1, w2, w3, w4, w5) = (load(0), load(1), load(2), load(3), load(4), load(5));
+        let mut part = [0.0f32; 4];
+        let mut add = |c: usize, words: [u32; 4]| {
+            if group + 16 * c < w {
+                for (wi, word) in words.iter().enumerate() {
+                    for (b, sum) in part.iter_mut().enumerate() {
+                        let v = i8_to_f32(*word >> (8 * b));
+                        let j = group + 16 * c + 4 * wi + b;
+                        let d = *qs.add(j) - *scales.add(j) * v;
+                        *sum += d * d;
+                    }
                 }
             }
-        }
+        };
+        add(0, w0);
+        add(1, w1);
+        add(2, w2);
+        add(3, w3);
+        add(4, w4);
+        add(5, w5);
+        acc + ((part[0] + part[1]) + (part[2] + part[3]))
     }
-    acc
+}
+
+/// The low byte of `x`, as an `i8`, converted to `f32` exactly with two
+/// full-rate integer/float operations instead of the quarter-rate `I2F`:
+/// `2^23 + (b ^ 0x80)` is a float whose mantissa holds the byte biased by
+/// 128, and subtracting `2^23 + 128` leaves the signed value.
+#[inline(always)]
+fn i8_to_f32(x: u32) -> f32 {
+    f32::from_bits(0x4B00_0000 | ((x & 0xFF) ^ 0x80)) - 8_388_736.0
 }
 
 /// Exact squared L2 distance of vector `id` to the shared-memory query, by one
@@ -330,7 +359,7 @@ unsafe fn exact_pass(
         }
         sync();
         let total = core::ptr::read_volatile(slot);
-        sort_prefix(exact, total);
+        sort_block(exact, total);
         sync();
         total.min(keep)
     }
@@ -391,15 +420,41 @@ impl Round<'_> {
                     *id = load(e);
                 }
             }
-            for id in ids {
-                if id != PAD_ID {
-                    *seen += 1;
-                    // SAFETY: shared pointers of the layout; fresh holds every
-                    // id a round can see (fresh_len).
-                    unsafe {
-                        if visit(self.hash, self.mask, id, self.global) {
-                            let p = add_shared(self.fresh_count, 1);
-                            *self.fresh.add(p as usize) = id;
+            // The home slots of all GATHER ids are claimed at once, so the
+            // compare-and-swaps' latencies overlap. Padding ids claim nothing:
+            // they all share one home slot, and their atomics on it once
+            // serialised the first round. Ids whose home slot holds another
+            // id probe on, one by one (rare at the set's load). Index loops,
+            // not `for id in ids`: the array's by-value iterator went to
+            // local memory.
+            // SAFETY: shared pointers of the layout (or the query's scratch
+            // when spilled); fresh holds every id a round can see (fresh_len).
+            unsafe {
+                let mut prev = [PAD_ID; GATHER];
+                for g in 0..GATHER {
+                    if ids[g] != PAD_ID {
+                        let slot = self.hash.add(home_slot(ids[g], self.mask) as usize);
+                        prev[g] = claim(slot, ids[g], self.global);
+                    }
+                }
+                let mut fresh_ids = 0u32;
+                for g in 0..GATHER {
+                    let id = ids[g];
+                    if id != PAD_ID {
+                        *seen += 1;
+                        let new = prev[g] == EMPTY_SLOT
+                            || (prev[g] != id
+                                && visit_from(self.hash, self.mask, id, (home_slot(id, self.mask) + 1) & self.mask, self.global));
+                        fresh_ids |= (new as u32) << g;
+                    }
+                }
+                // One append per thread for all its new ids.
+                if fresh_ids != 0 {
+                    let mut p = add_shared(self.fresh_count, fresh_ids.count_ones());
+                    for g in 0..GATHER {
+                        if fresh_ids & (1 << g) != 0 {
+                            *self.fresh.add(p as usize) = ids[g];
+                            p += 1;
                         }
                     }
                 }
@@ -448,7 +503,7 @@ unsafe fn sort_and_trim(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
     unsafe {
         let n = core::ptr::read_volatile(count);
         sync();
-        sort_prefix(buf, n);
+        sort_block(buf, n);
         let nbest = n.min(keep);
         if tid() == 0 {
             core::ptr::write_volatile(count, nbest);
@@ -459,24 +514,52 @@ unsafe fn sort_and_trim(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
 }
 
 /// The wave search of one query per block (`BLOCK_THREADS` threads; dynamic
-/// shared memory as `SearchSmem` lays it out).
+/// shared memory as `SearchSmem` lays it out), for batches whose large
+/// arrays fit in shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *const BatchView) {
+    // SAFETY: the host's contract, as for the body.
+    unsafe { wave_search_body::<false>(index, batch) }
+}
+
+/// [`wave_search`] compiled for four blocks per multiprocessor (64
+/// registers a thread instead of 80), for batches whose shared memory lets
+/// four fit: the host picks it.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn wave_search_dense(index: *const IndexView, batch: *const BatchView) {
+    // SAFETY: the host's contract, as for the body.
+    unsafe { wave_search_body::<false>(index, batch) }
+}
+
+/// [`wave_search`] for batches that spill (`BatchView::scratch_per_query >
+/// 0`): the large arrays in the global scratch.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: *const IndexView, batch: *const BatchView) {
+    // SAFETY: the host's contract, as for the body.
+    unsafe { wave_search_body::<true>(index, batch) }
+}
+
+/// The search of one query per block. `SPILLED` is a constant so that, in
+/// the shared-memory kernel, every pointer provably points to shared memory
+/// and compiles to shared-memory instructions (a run-time choice made them
+/// generic loads and stores).
+#[inline(always)]
+unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: *const BatchView) {
     // SAFETY: the host passes valid views; every access below stays inside the
     // sizes they describe.
     unsafe {
         let ix = *index;
         let bt = *batch;
         let qi = bid();
-        if qi >= bt.nq {
+        let lay = SearchSmem::new(&ix, &bt);
+        if qi >= bt.nq || lay.spilled != SPILLED {
             return;
         }
         let t = tid();
-        let lay = SearchSmem::new(&ix, &bt);
         let base = gpu_launch_sized_workgroup_mem::<u64>() as *mut u8;
         // The large arrays: in shared memory, or in this query's slice of the
         // global scratch when the batch spills.
-        let large = if lay.spilled {
+        let large = if SPILLED {
             (bt.scratch as *mut u8).add(qi as usize * bt.scratch_per_query as usize)
         } else {
             base
@@ -584,7 +667,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
             scales,
             hash,
             mask,
-            global: lay.spilled,
+            global: SPILLED,
             fresh,
             fresh_count,
             buf,
@@ -681,7 +764,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
                 j += T / 32;
             }
             sync();
-            sort_prefix(exact, nr);
+            sort_block(exact, nr);
             nr
         };
         let mut j = t;

@@ -66,7 +66,8 @@ pub(super) fn batch_view(
     let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
     let keep = plan.keep as u32;
     let first = ix.copies * r + ix.n_seeds;
-    let buf_len = first.max(keep + start_points * row_len).next_power_of_two();
+    // The block sort takes any length: no rounding to a power of two.
+    let buf_len = first.max(keep + start_points * row_len);
     let entries = first + waves * start_points * row_len;
     // The set holds distinct ids only, far fewer than the entries read (most
     // ids recur across copies and rows): one slot per entry bounds the load at
@@ -94,9 +95,9 @@ pub(super) fn batch_view(
         // Per-wave rerank sorts the exact list (at most `keep`) with one
         // pass's new entries (at most `R`).
         rerank_len: if p.wave_rerank {
-            (keep + p.rerank as u32).max(2).next_power_of_two()
+            keep + p.rerank as u32
         } else {
-            (p.rerank as u32).max(2).next_power_of_two()
+            p.rerank as u32
         },
         wave_rerank: p.wave_rerank as u32,
         scratch_per_query: 0,

@@ -7,7 +7,7 @@
 use octex_kernels::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
-use super::batch::{batch_view, capture, BatchBuffers};
+use super::batch::{batch_view, capture, project, BatchBuffers};
 use super::{GpuSearcher, MAX_GRAPHS};
 use crate::{SearchError, SearchPlan, SearchStats};
 use octex_kernels::layout::{
@@ -153,7 +153,10 @@ impl GpuSearcher {
                     slot.buffers.view.update(&self.gpu, view)?;
                     slot.view_on_device = Some(view);
                 }
-                if !self.graphs.contains_key(&view) {
+                // Profilers see the kernels of a direct launch by name
+                // (OCTEX_GPU_GRAPHS=0); the default replays a captured graph.
+                let graphs = std::env::var("OCTEX_GPU_GRAPHS").map_or(true, |v| v != "0");
+                if graphs && !self.graphs.contains_key(&view) {
                     if self.graphs.len() >= MAX_GRAPHS {
                         self.graphs.clear();
                     }
@@ -163,7 +166,12 @@ impl GpuSearcher {
                 let slot = &mut self.slots[s];
                 compute.wait(&slot.uploaded)?;
                 compute.memset_zeros(&mut slot.buffers.stats)?;
-                self.graphs[&view].launch()?;
+                if graphs {
+                    self.graphs[&view].launch()?;
+                } else {
+                    project(&self.gpu, &self.dev, &mut slot.buffers, n)?;
+                    self.gpu.wave_search(&self.dev.view, &slot.buffers.view)?;
+                }
                 slot.ids
                     .download_prefix(n * k, &slot.buffers.ids, &compute)?;
                 slot.dists

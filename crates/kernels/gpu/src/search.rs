@@ -201,17 +201,37 @@ unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) 
         if ix.vectors_f16 != 0 {
             let v = (ix.vectors as *const u16).add(id as usize * dim);
             if dim % 8 == 0 {
-                let mut c = lane as usize;
-                while c < dim / 8 {
-                    let words = load16_nc(v.add(8 * c) as *const u8);
-                    for (wi, word) in words.iter().enumerate() {
-                        for h in 0..2 {
-                            let x = f16_to_f32((*word >> (16 * h)) as u16);
-                            let d = *query.add(8 * c + 2 * wi + h) - x;
-                            acc += d * d;
+                // Up to four 16-byte loads per lane issued before the first
+                // is used (a row of up to 1,024 halves in one round trip).
+                let chunks = dim / 8;
+                let mut first = lane as usize;
+                while first < chunks {
+                    let load = |k: usize| {
+                        let c = first + 32 * k;
+                        if c < chunks {
+                            load16_nc(v.add(8 * c) as *const u8)
+                        } else {
+                            [0u32; 4]
                         }
-                    }
-                    c += 32;
+                    };
+                    let (w0, w1, w2, w3) = (load(0), load(1), load(2), load(3));
+                    let mut add = |k: usize, words: [u32; 4]| {
+                        let c = first + 32 * k;
+                        if c < chunks {
+                            for (wi, word) in words.iter().enumerate() {
+                                for h in 0..2 {
+                                    let x = f16_to_f32((*word >> (16 * h)) as u16);
+                                    let d = *query.add(8 * c + 2 * wi + h) - x;
+                                    acc += d * d;
+                                }
+                            }
+                        }
+                    };
+                    add(0, w0);
+                    add(1, w1);
+                    add(2, w2);
+                    add(3, w3);
+                    first += 4 * 32;
                 }
             } else if dim % 2 == 0 {
                 let v32 = v as *const u32;
@@ -235,14 +255,33 @@ unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) 
         } else {
             let v = (ix.vectors as *const f32).add(id as usize * dim);
             if dim % 4 == 0 {
-                let mut c = lane as usize;
-                while c < dim / 4 {
-                    let words = load16_nc(v.add(4 * c) as *const u8);
-                    for (i, word) in words.iter().enumerate() {
-                        let d = *query.add(4 * c + i) - f32::from_bits(*word);
-                        acc += d * d;
-                    }
-                    c += 32;
+                // As for halves: four loads per lane in flight.
+                let chunks = dim / 4;
+                let mut first = lane as usize;
+                while first < chunks {
+                    let load = |k: usize| {
+                        let c = first + 32 * k;
+                        if c < chunks {
+                            load16_nc(v.add(4 * c) as *const u8)
+                        } else {
+                            [0u32; 4]
+                        }
+                    };
+                    let (w0, w1, w2, w3) = (load(0), load(1), load(2), load(3));
+                    let mut add = |k: usize, words: [u32; 4]| {
+                        let c = first + 32 * k;
+                        if c < chunks {
+                            for (i, word) in words.iter().enumerate() {
+                                let d = *query.add(4 * c + i) - f32::from_bits(*word);
+                                acc += d * d;
+                            }
+                        }
+                    };
+                    add(0, w0);
+                    add(1, w1);
+                    add(2, w2);
+                    add(3, w3);
+                    first += 4 * 32;
                 }
             } else {
                 let mut j = lane as usize;

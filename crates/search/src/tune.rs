@@ -23,25 +23,55 @@ pub const TUNE_QUERIES: usize = 256;
 /// recall 0.99 and k = 10 is about 0.002).
 pub const TUNE_MARGIN: f64 = 0.002;
 
-/// The ladder, cheapest first (`r`, `S`, `W`, `R`).
-const LADDER: [(usize, usize, usize, usize); 12] = [
+/// The sample may miss at most this fraction of what the target allows: a
+/// rung is taken when the sample's recall is at least
+/// `1 - TUNE_MISS_FRACTION (1 - target)` (and `target + TUNE_MARGIN`). The
+/// sample is easier than queries that come from another distribution than
+/// the base: on the text set (questions against passages) a rung measured
+/// 0.973 on the sample and 0.941 on the held-out queries, 2.2 times the
+/// misses. Half the allowed misses covers that; on GloVe-50 and
+/// Fashion-MNIST, whose sample is as hard as their queries or harder, it
+/// costs at most one finer rung.
+pub const TUNE_MISS_FRACTION: f64 = 0.5;
+
+/// The sample recall a rung needs for `target`.
+pub fn required_sample_recall(target: f64) -> f64 {
+    (1.0 - TUNE_MISS_FRACTION * (1.0 - target))
+        .max(target + TUNE_MARGIN)
+        .min(1.0)
+}
+
+/// The ladder, cheapest first (`r`, `S`, `W`, `R`): each rung raises one or
+/// two of the parameters a step, so that the first rung that reaches a
+/// target overshoots it little.
+const LADDER: [(usize, usize, usize, usize); 22] = [
     (8, 16, 1, 16),
+    (8, 16, 1, 32),
     (16, 16, 2, 32),
+    (16, 24, 2, 32),
     (16, 32, 2, 32),
+    (16, 32, 3, 48),
     (16, 32, 3, 64),
+    (16, 48, 3, 64),
     (16, 64, 3, 64),
+    (16, 64, 3, 96),
     (16, 64, 3, 128),
+    (32, 80, 4, 128),
     (32, 96, 4, 128),
+    (32, 112, 4, 192),
     (32, 128, 4, 256),
+    (32, 160, 5, 256),
     (32, 192, 5, 256),
+    (48, 224, 5, 384),
     (64, 256, 5, 512),
+    (64, 320, 6, 640),
     (64, 384, 6, 768),
     (64, 512, 6, 1024),
 ];
 
 impl Index {
     /// The cheapest parameters of the ladder whose recall@`k`
-    /// on the sample reaches `target` (plus [`TUNE_MARGIN`]); the last rung
+    /// on the sample reaches [`required_sample_recall`]`(target)`; the last rung
     /// when none does (its measured recall is returned beside it, so the
     /// caller can tell). Costs one brute-force pass of the sample over the
     /// index (two brute-force passes of the sample) and a few searches of it.
@@ -109,6 +139,7 @@ impl Index {
             }
         }
         let (truth, _) = exact_neighbours(self, &queries, None, k, &stored);
+        let required = required_sample_recall(target);
         let mut best = (SearchParams::default(), 0.0);
         for (read_depth, start_points, waves, rerank) in LADDER {
             let p = SearchParams {
@@ -127,7 +158,7 @@ impl Index {
                 .sum();
             let recall = hits as f64 / (picks.len() * k) as f64;
             best = (p, recall);
-            if recall >= target + TUNE_MARGIN {
+            if recall >= required {
                 break;
             }
         }

@@ -200,26 +200,21 @@ pub fn run(
             wall.push(t.elapsed().as_secs_f64() / 4.0);
         }
         let wall = median(wall);
-        g.search(small, 10, &p)?;
-        let lat_dev = g.replay_seconds(20)?;
-        let mut lat = Vec::new();
-        for _ in 0..10 {
-            let t = Instant::now();
-            g.search(small, 10, &p)?;
-            lat.push(t.elapsed().as_secs_f64());
-        }
-        let lat = median(lat);
-        // Batch-1 latency: one query, device (graph replay) and wall time.
-        let one = &queries[..dim];
-        g.search(one, 10, &p)?;
-        let lat1_dev = g.replay_seconds(20)?;
-        let mut lat1 = Vec::new();
-        for _ in 0..10 {
-            let t = Instant::now();
-            g.search(one, 10, &p)?;
-            lat1.push(t.elapsed().as_secs_f64());
-        }
-        let lat1 = median(lat1);
+        // Latency of a batch of 100 and of 1: device time (graph replay)
+        // and the median wall time of 10 searches.
+        let mut latency = |qs: &[f32]| -> Result<(f64, f64)> {
+            g.search(qs, 10, &p)?;
+            let device = g.replay_seconds(20)?;
+            let mut wall = Vec::new();
+            for _ in 0..10 {
+                let t = Instant::now();
+                g.search(qs, 10, &p)?;
+                wall.push(t.elapsed().as_secs_f64());
+            }
+            Ok((device, median(wall)))
+        };
+        let (lat_dev, lat) = latency(small)?;
+        let (lat1_dev, lat1) = latency(&queries[..dim])?;
         let q = r.stats.queries.max(1) as f64;
         let bytes = bytes_per_query(index, &r.stats, &p);
         let qps = batch as f64 / dev;

@@ -31,7 +31,7 @@ pub const TUNE_MARGIN: f64 = 0.002;
 /// 0.973 on the sample and 0.941 on the held-out queries, 2.2 times the
 /// misses. Half the allowed misses covers that; on GloVe-50 and
 /// Fashion-MNIST, whose sample is as hard as their queries or harder, it
-/// costs at most one finer rung.
+/// costs at most one rung.
 pub const TUNE_MISS_FRACTION: f64 = 0.5;
 
 /// The sample recall a rung needs for `target`.
@@ -41,30 +41,23 @@ pub fn required_sample_recall(target: f64) -> f64 {
         .min(1.0)
 }
 
-/// The ladder, cheapest first (`r`, `S`, `W`, `R`): each rung raises one or
-/// two of the parameters a step, so that the first rung that reaches a
-/// target overshoots it little.
-const LADDER: [(usize, usize, usize, usize); 22] = [
+/// The ladder, cheapest first (`r`, `S`, `W`, `R`). A finer ladder (22
+/// rungs, among them r8 S16 W1 R32) was tried: on queries from another
+/// mixture than the base (the Python test) it chose r8 S16 W1 R32, whose
+/// sample recall was 0.9965 and whose recall on those queries 0.927; single-
+/// wave rungs past the first look safe to the sample and are not for such
+/// queries, so the ladder climbs S, W and R together.
+const LADDER: [(usize, usize, usize, usize); 12] = [
     (8, 16, 1, 16),
-    (8, 16, 1, 32),
     (16, 16, 2, 32),
-    (16, 24, 2, 32),
     (16, 32, 2, 32),
-    (16, 32, 3, 48),
     (16, 32, 3, 64),
-    (16, 48, 3, 64),
     (16, 64, 3, 64),
-    (16, 64, 3, 96),
     (16, 64, 3, 128),
-    (32, 80, 4, 128),
     (32, 96, 4, 128),
-    (32, 112, 4, 192),
     (32, 128, 4, 256),
-    (32, 160, 5, 256),
     (32, 192, 5, 256),
-    (48, 224, 5, 384),
     (64, 256, 5, 512),
-    (64, 320, 6, 640),
     (64, 384, 6, 768),
     (64, 512, 6, 1024),
 ];

@@ -36,7 +36,7 @@ const SEARCH_BLOCKS_PER_SM: u32 = 3;
 /// (H200) four blocks of the same code searched 8-10% faster than three at
 /// the best points for recall 0.95-0.995, and slower where shared memory
 /// allows only three anyway.
-pub const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
+const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
 
 /// Add `.maxntid` / `.minnctapersm` (CUDA's `__launch_bounds__`) to one entry
 /// of a PTX module; rustc has no attribute for them.

@@ -19,8 +19,9 @@
 //!   relies on; callers never see a launch configuration:
 //!   - `linalg.rs`: the cuBLAS products, `sub_bias`, `row_sq_norms`,
 //!     `topk_tile` (methods of [`Gpu`]); [`brute`]: exact brute force;
-//!   - `search.rs`: `wave_search`, `fragment_keys` and the device views they
-//!     read ([`DeviceIndexView`], [`DeviceBatchView`]);
+//!   - `search.rs`: the launcher of `wave_search` (which of its three entry
+//!     points a batch gets), `fragment_keys` and the device views they read
+//!     ([`DeviceIndexView`], [`DeviceBatchView`]);
 //!   - [`builder`]: the builder's kernels (fragment keys of a copy, the
 //!     segment kernels, short-fragment completion, key tables, the sketch);
 //!   - [`ivf`]: the inverted-file kernels that search each fragment's ripple

@@ -9,8 +9,10 @@
 //!
 //! - [`search`]: `wave_search`, the whole search of one query per block (first
 //!   round, `W` waves, exact rerank), with the visited set and the candidate
-//!   list in shared memory; `fragment_keys`, the key and centre distance of
-//!   every (vector, copy, spacing);
+//!   list in shared memory (`wave_search_dense`: the same body built for four
+//!   blocks per SM; `wave_search_spilled`: those arrays in a global scratch);
+//!   `fragment_keys`, the key and centre distance of every (vector, copy,
+//!   spacing);
 //! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and
 //!   `topk_tile`, the running top-k of a tile of dot products (exact brute
 //!   force, exact neighbour rows);
@@ -22,7 +24,7 @@
 //!   the paper's rule (nearest centroids of many rows, fragment centres, the
 //!   scan of a centre's probed lists);
 //! - [`prims`]: the device primitives they share (warp votes and shuffles,
-//!   shared-memory atomics, 16-byte loads, the block-wide bitonic sort).
+//!   shared-memory atomics, 16-byte loads, the block-wide bitonic sorts).
 #![no_std]
 #![feature(
     abi_ptx,

@@ -96,7 +96,9 @@ for step in "$@"; do
         ls -la "$T" "$T/model"
         "$D/bin/xtask" fetch debian-docs-minilm 2>&1 | tr '\r' '\n' | grep -v "Batches:.*it/s]$" | tee "$OUT/text-fetch.log"
         # The embeddings as float16 (exact: they were rounded so), xz'd, in
-        # 15 MiB pieces for the trip back (xfer:FIRST-LAST).
+        # 15 MiB pieces for the trip back (xfer:FIRST-LAST); OCTEX_TEXT_XFER=0
+        # skips it.
+        [ "${OCTEX_TEXT_XFER:-1}" = 0 ] && continue
         mkdir -p "$D/xfer"
         python3 -c "
 import numpy as np, sys

@@ -237,6 +237,66 @@ fn cpu_and_gpu_agree() {
     assert!(shared > 0.95, "k = 40 > R: {shared} of the ids agree");
 }
 
+/// Batches that fill every multiprocessor with 128-thread blocks (2,500
+/// queries; 1,056 are enough on an H200) run the narrow build of the search
+/// where its shared memory fits (small S): it agrees with the CPU, and gives
+/// the very ids the 256-thread builds give to the same queries in batches of
+/// 384.
+#[test]
+fn large_batches_agree_between_cpu_and_gpu() {
+    let Some(_gpu) = gpu_or_skip("large_batches_agree_between_cpu_and_gpu") else {
+        return;
+    };
+    let dim = 48;
+    let base = clustered(30_000, dim, 64, 4);
+    let queries = clustered(2_500, dim, 64, 8);
+    let index = build(&base, dim, Metric::L2);
+    let truth = brute_force(&base, &queries, dim, 10);
+    let options = |max_batch| GpuOptions {
+        device: 0,
+        max_batch,
+    };
+    let mut large = index.gpu(&options(4_096)).unwrap();
+    let mut small = index.gpu(&options(384)).unwrap();
+    for p in [
+        SearchParams {
+            read_depth: 8,
+            start_points: 16,
+            waves: 1,
+            rerank: 16,
+            wave_rerank: false,
+        },
+        SearchParams {
+            read_depth: 16,
+            start_points: 16,
+            waves: 2,
+            rerank: 32,
+            wave_rerank: true,
+        },
+        SearchParams::default(),
+    ] {
+        let cpu = index.search(&queries, 10, &p).unwrap();
+        let gpu = large.search(&queries, 10, &p).unwrap();
+        let (rc, rg) = (recall(&cpu.ids, &truth, 10), recall(&gpu.ids, &truth, 10));
+        let same_sets = recall(&gpu.ids, &cpu.ids, 10);
+        eprintln!("{p:?}: recall CPU {rc:.4} GPU {rg:.4}, same ids as sets {same_sets:.4}");
+        assert!(
+            (rc - rg).abs() <= 0.005,
+            "{p:?}: recall CPU {rc} vs GPU {rg}"
+        );
+        assert!(
+            same_sets > 0.95,
+            "{p:?}: only {same_sets} of the top-10 ids agree"
+        );
+        assert_eq!(gpu.stats.queries, 2_500);
+        assert_eq!(
+            gpu.ids,
+            small.search(&queries, 10, &p).unwrap().ids,
+            "{p:?}: the narrow and wide builds disagree"
+        );
+    }
+}
+
 /// Queries far from all data find no stored fragment: the GPU takes the entry
 /// points as the CPU does and still returns k distinct results.
 #[test]

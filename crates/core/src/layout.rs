@@ -7,6 +7,10 @@
 /// Threads per block of the wave-search and top-k kernels.
 pub const BLOCK_THREADS: u32 = 256;
 
+/// Threads per block of `wave_search_narrow`, the build for small per-query
+/// work (more queries resident per multiprocessor).
+pub const NARROW_BLOCK_THREADS: u32 = 128;
+
 /// Items per block of the scan and radix-sort kernels (16 per thread).
 pub const SORT_TILE: u32 = 16 * BLOCK_THREADS;
 

@@ -19,7 +19,7 @@
 //!   relies on; callers never see a launch configuration:
 //!   - `linalg.rs`: the cuBLAS products, `sub_bias`, `row_sq_norms`,
 //!     `topk_tile` (methods of [`Gpu`]); [`brute`]: exact brute force;
-//!   - `search.rs`: the launcher of `wave_search` (which of its three entry
+//!   - `search.rs`: the launcher of `wave_search` (which of its four entry
 //!     points a batch gets), `fragment_keys` and the device views they read
 //!     ([`DeviceIndexView`], [`DeviceBatchView`]);
 //!   - [`builder`]: the builder's kernels (fragment keys of a copy, the
@@ -129,6 +129,7 @@ mod tests {
             "wave_search",
             "wave_search_spilled",
             "wave_search_dense",
+            "wave_search_narrow",
             "fragment_keys",
             "sub_bias",
             "row_sq_norms",

@@ -4,7 +4,8 @@
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 
-use crate::layout::{BatchView, IndexView, SearchSmem};
+use crate::device::{cfg_threads, SearchKernel};
+use crate::layout::{BatchView, IndexView, SearchSmem, BLOCK_THREADS, NARROW_BLOCK_THREADS};
 use crate::{blocks_for, cfg, Gpu, GpuError, Layout};
 
 impl Gpu {
@@ -48,19 +49,32 @@ impl Gpu {
         }
         // The large arrays in shared memory, or spilled to the global scratch:
         // one kernel for each, so that the first uses shared-memory
-        // instructions throughout; small blocks get the build for four per SM.
-        let kernel = if batch.view.scratch_per_query > 0 {
-            &self.wave_search_spilled
-        } else if smem <= self.dense_max_smem {
-            &self.wave_search_dense
+        // instructions throughout. Of the shared-memory builds, the one with
+        // the most blocks per multiprocessor that the shared memory allows;
+        // the narrow one only for batches that fill the device with it.
+        let (function, threads) = if batch.view.scratch_per_query > 0 {
+            (&self.wave_search_spilled, BLOCK_THREADS)
         } else {
-            &self.wave_search
+            let fitting = if smem <= self.narrow_max_smem && batch.view.nq >= self.narrow_min_batch
+            {
+                SearchKernel::Narrow
+            } else if smem <= self.dense_max_smem {
+                SearchKernel::Dense
+            } else {
+                SearchKernel::Wide
+            };
+            match self.forced_search_kernel.unwrap_or(fitting) {
+                SearchKernel::Wide => (&self.wave_search, BLOCK_THREADS),
+                SearchKernel::Dense => (&self.wave_search_dense, BLOCK_THREADS),
+                SearchKernel::Narrow => (&self.wave_search_narrow, NARROW_BLOCK_THREADS),
+            }
         };
-        let mut b = self.stream.launch_builder(kernel);
+        let mut b = self.stream.launch_builder(function);
         b.arg(&index.dev).arg(&batch.dev);
         // SAFETY: the views' pointers are live and sized as they say (their owners
-        // build them); shared memory as SearchSmem lays it out.
-        unsafe { b.launch(cfg(batch.view.nq, smem as u32)) }?;
+        // build them); shared memory as SearchSmem lays it out; each build is
+        // launched with the block size it was compiled for.
+        unsafe { b.launch(cfg_threads(batch.view.nq, threads, smem as u32)) }?;
         Ok(())
     }
 }

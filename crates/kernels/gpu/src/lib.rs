@@ -10,7 +10,9 @@
 //! - [`search`]: `wave_search`, the whole search of one query per block (first
 //!   round, `W` waves, exact rerank), with the visited set and the candidate
 //!   list in shared memory (`wave_search_dense`: the same body built for four
-//!   blocks per SM; `wave_search_spilled`: those arrays in a global scratch);
+//!   blocks per SM; `wave_search_narrow`: blocks of 128 threads, eight per SM,
+//!   for small per-query work in large batches; `wave_search_spilled`: those
+//!   arrays in a global scratch);
 //!   `fragment_keys`, the key and centre distance of every (vector, copy,
 //!   spacing);
 //! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and

@@ -259,7 +259,7 @@ pub unsafe fn sort_prefix(a: *mut u64, n: u32) {
     }
     sync();
     // SAFETY: as above; the padding is already in order.
-    unsafe { sort_block(a, n) };
+    unsafe { sort_block::<T>(a, n) };
 }
 
 /// Elements per warp-resident chunk of [`sort_block`]: two per lane.
@@ -309,7 +309,7 @@ unsafe fn chunk_stage(x0: &mut u64, x1: &mut u64, m: u32, top: u32, lane: u32) {
 /// end a merge of a larger size. Elements past `n` count as `u64::MAX` and
 /// are not written.
 #[inline(always)]
-unsafe fn chunk_pass(a: *mut u64, n: u32, full: bool) {
+unsafe fn chunk_pass<const TH: u32>(a: *mut u64, n: u32, full: bool) {
     let (lane, warp) = (lane(), tid() >> 5);
     let mut base = warp * CHUNK;
     while base < n {
@@ -343,11 +343,11 @@ unsafe fn chunk_pass(a: *mut u64, n: u32, full: bool) {
                 *a.add(i1 as usize) = x1;
             }
         }
-        base += (T / 32) * CHUNK;
+        base += (TH / 32) * CHUNK;
     }
 }
 
-/// Sort `a[..n]` ascending, any `n`; all threads call it, after a barrier
+/// Sort `a[..n]` ascending, any `n`, in a block of `TH` threads; all threads call it, after a barrier
 /// that published `a`, and it ends with one.
 ///
 /// A bitonic network in the form whose every compare-exchange is ascending
@@ -358,14 +358,14 @@ unsafe fn chunk_pass(a: *mut u64, n: u32, full: bool) {
 /// wider ones go through shared memory, one barrier each (10 barriers for
 /// 512 elements, against 45 for the plain network).
 #[inline(always)]
-pub unsafe fn sort_block(a: *mut u64, n: u32) {
+pub unsafe fn sort_block<const TH: u32>(a: *mut u64, n: u32) {
     if n < 2 {
         return;
     }
     let t = tid();
     // SAFETY: every index stays below n; chunk_pass is reached by full warps.
     unsafe {
-        chunk_pass(a, n, true);
+        chunk_pass::<TH>(a, n, true);
         sync();
         let p = n.next_power_of_two();
         let mut size = 2 * CHUNK;
@@ -386,13 +386,13 @@ pub unsafe fn sort_block(a: *mut u64, n: u32) {
                             *a.add(hi as usize) = x;
                         }
                     }
-                    j += T;
+                    j += TH;
                 }
                 sync();
                 top /= 2;
                 mask = top;
             }
-            chunk_pass(a, n, false);
+            chunk_pass::<TH>(a, n, false);
             sync();
             size *= 2;
         }

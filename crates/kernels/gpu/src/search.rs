@@ -300,7 +300,7 @@ unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) 
 /// of the bits of `skip` expanded and list their ids in `starts`; returns how
 /// many (block-uniform).
 #[inline(always)]
-unsafe fn select_starts(
+unsafe fn select_starts<const TH: u32>(
     buf: *mut u64,
     nbest: u32,
     s_max: u32,
@@ -314,7 +314,7 @@ unsafe fn select_starts(
     let mut chunk = 0u32;
     while chunk < nbest && found < s_max {
         let i = chunk + t;
-        // SAFETY: i < nbest <= buffer length; warp_sums has T/32 slots.
+        // SAFETY: i < nbest <= buffer length; warp_sums has TH/32 slots.
         unsafe {
             let entry = if i < nbest {
                 *buf.add(i as usize)
@@ -329,7 +329,7 @@ unsafe fn select_starts(
             }
             sync();
             let (mut before, mut total) = (0u32, 0u32);
-            for wi in 0..T / 32 {
+            for wi in 0..TH / 32 {
                 let c = *warp_sums.add(wi as usize);
                 before += if wi < warp { c } else { 0 };
                 total += c;
@@ -342,7 +342,7 @@ unsafe fn select_starts(
             found += total;
             sync();
         }
-        chunk += T;
+        chunk += TH;
     }
     found.min(s_max)
 }
@@ -359,7 +359,7 @@ unsafe fn select_starts(
 /// long), `query` holds `ix.dim` values, and every id in `buf` is `< ix.n`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn exact_pass(
+unsafe fn exact_pass<const TH: u32>(
     ix: &IndexView,
     query: *const f32,
     buf: *mut u64,
@@ -394,11 +394,11 @@ unsafe fn exact_pass(
                     *computed += 1;
                 }
             }
-            j += T / 32;
+            j += TH / 32;
         }
         sync();
         let total = core::ptr::read_volatile(slot);
-        sort_block(exact, total);
+        sort_block::<TH>(exact, total);
         sync();
         total.min(keep)
     }
@@ -441,7 +441,7 @@ impl Round<'_> {
     /// ids and append those whose key beats `threshold`. `seen` counts the
     /// entries read. All threads of the block call it, with `fresh_count` zero.
     #[inline(always)]
-    unsafe fn visit_and_score(
+    unsafe fn visit_and_score<const TH: u32>(
         &self,
         total: u32,
         load: impl Fn(u32) -> u32,
@@ -454,7 +454,7 @@ impl Round<'_> {
         while base < total {
             let mut ids = [PAD_ID; GATHER];
             for (g, id) in ids.iter_mut().enumerate() {
-                let e = base + t + g as u32 * T;
+                let e = base + t + g as u32 * TH;
                 if e < total {
                     *id = load(e);
                 }
@@ -498,7 +498,7 @@ impl Round<'_> {
                     }
                 }
             }
-            base += GATHER as u32 * T;
+            base += GATHER as u32 * TH;
         }
         sync();
         // Scoring two rows per thread with their loads interleaved measured
@@ -517,7 +517,7 @@ impl Round<'_> {
                     let pos = add_shared(self.count, 1);
                     *self.buf.add(pos as usize) = candidate(d, id);
                 }
-                i += T;
+                i += TH;
             }
         }
     }
@@ -536,13 +536,13 @@ unsafe fn reset_counter(c: *mut u32) {
 
 /// Sort the appended candidates and keep the best `keep`; returns how many.
 #[inline(always)]
-unsafe fn sort_and_trim(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
+unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
     sync();
     // SAFETY: count is a shared counter; buf holds `n` entries.
     unsafe {
         let n = core::ptr::read_volatile(count);
         sync();
-        sort_block(buf, n);
+        sort_block::<TH>(buf, n);
         let nbest = n.min(keep);
         if tid() == 0 {
             core::ptr::write_volatile(count, nbest);
@@ -558,7 +558,7 @@ unsafe fn sort_and_trim(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *const BatchView) {
     // SAFETY: the host's contract, as for the body.
-    unsafe { wave_search_body::<false>(index, batch) }
+    unsafe { wave_search_body::<false, T>(index, batch) }
 }
 
 /// [`wave_search`] compiled for four blocks per multiprocessor (64
@@ -567,7 +567,17 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search_dense(index: *const IndexView, batch: *const BatchView) {
     // SAFETY: the host's contract, as for the body.
-    unsafe { wave_search_body::<false>(index, batch) }
+    unsafe { wave_search_body::<false, T>(index, batch) }
+}
+
+/// [`wave_search`] with blocks of `NARROW_BLOCK_THREADS` threads, for small
+/// per-query work: twice as many queries share a multiprocessor, so the
+/// latency of one query's chain of phases hides behind the others'.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: *const IndexView, batch: *const BatchView) {
+    // SAFETY: the host's contract, as for the body, launched with
+    // NARROW_BLOCK_THREADS threads.
+    unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS>(index, batch) }
 }
 
 /// [`wave_search`] for batches that spill (`BatchView::scratch_per_query >
@@ -575,15 +585,16 @@ pub unsafe extern "ptx-kernel" fn wave_search_dense(index: *const IndexView, bat
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: *const IndexView, batch: *const BatchView) {
     // SAFETY: the host's contract, as for the body.
-    unsafe { wave_search_body::<true>(index, batch) }
+    unsafe { wave_search_body::<true, T>(index, batch) }
 }
 
-/// The search of one query per block. `SPILLED` is a constant so that, in
-/// the shared-memory kernel, every pointer provably points to shared memory
+/// The search of one query per block of `TH` threads (a multiple of 32, at
+/// most `BLOCK_THREADS`: the warp-sum slots). `SPILLED` is a constant so
+/// that, in the shared-memory kernel, every pointer provably points to shared memory
 /// and compiles to shared-memory instructions (a run-time choice made them
 /// generic loads and stores).
 #[inline(always)]
-unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: *const BatchView) {
+unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const IndexView, batch: *const BatchView) {
     // SAFETY: the host passes valid views; every access below stays inside the
     // sizes they describe.
     unsafe {
@@ -622,12 +633,12 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
         let mut i = t;
         while i < SearchSmem::COUNTERS {
             *ctr.add(i as usize) = 0;
-            i += T;
+            i += TH;
         }
         i = t;
         while i < bt.hash_slots {
             *hash.add(i as usize) = EMPTY_SLOT;
-            i += T;
+            i += TH;
         }
         i = t;
         while i < w {
@@ -638,12 +649,12 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
                 0.0
             };
             *scales.add(i as usize) = *(ix.sketch_scales as *const f32).add(i as usize);
-            i += T;
+            i += TH;
         }
         i = t;
         while i < ix.dim {
             *query.add(i as usize) = *(bt.queries as *const f32).add((qi * ix.dim + i) as usize);
-            i += T;
+            i += TH;
         }
 
         if bt.stop_after == STOP_AFTER_INIT {
@@ -668,7 +679,7 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
                 Some(frag) => frag as u32,
                 None => u32::MAX,
             };
-            i += T;
+            i += TH;
         }
         sync();
         let mut c = t;
@@ -681,7 +692,7 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
             }
             counts.no_fragment += (hit == u32::MAX) as u32;
             *hits.add(c as usize) = hit;
-            c += T;
+            c += TH;
         }
         sync();
         if bt.stop_after == STOP_AFTER_LOOKUP {
@@ -713,7 +724,7 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
             count,
         };
         let mut first_round = 0;
-        round.visit_and_score(
+        round.visit_and_score::<TH>(
             ix.copies * r,
             load_ripple,
             &mut first_round,
@@ -729,9 +740,9 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
             let seeds = ix.seeds as *const u32;
             let mut unused = 0;
             let load_seed = |e: u32| *seeds.add(e as usize);
-            round.visit_and_score(ix.n_seeds, load_seed, &mut unused, u32::MAX, &mut counts);
+            round.visit_and_score::<TH>(ix.n_seeds, load_seed, &mut unused, u32::MAX, &mut counts);
         }
-        let mut nbest = sort_and_trim(buf, count, bt.keep);
+        let mut nbest = sort_and_trim::<TH>(buf, count, bt.keep);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
             return;
         }
@@ -747,11 +758,11 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
         while wave < bt.waves {
             let mut ns = 0;
             if wave_rerank {
-                nexact = exact_pass(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
-                ns = select_starts(exact, nexact, bt.start_points, EXPANDED_BIT, starts, ctr.add(CTR_WARP_SUMS));
+                nexact = exact_pass::<TH>(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
+                ns = select_starts::<TH>(exact, nexact, bt.start_points, EXPANDED_BIT, starts, ctr.add(CTR_WARP_SUMS));
             }
             if ns < bt.start_points {
-                ns += select_starts(
+                ns += select_starts::<TH>(
                     buf,
                     nbest,
                     bt.start_points - ns,
@@ -774,9 +785,9 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
                 *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
             };
             let mut row_entries = 0;
-            round.visit_and_score(ns * lt, load_row, &mut row_entries, threshold, &mut counts);
+            round.visit_and_score::<TH>(ns * lt, load_row, &mut row_entries, threshold, &mut counts);
             counts.row_entries += row_entries;
-            nbest = sort_and_trim(buf, count, bt.keep);
+            nbest = sort_and_trim::<TH>(buf, count, bt.keep);
             wave += 1;
         }
 
@@ -787,7 +798,7 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
         // Exact rerank of the best R, one warp per candidate (per-wave mode:
         // of the best R not yet reranked; the answer is the exact list's head).
         let nr = if wave_rerank {
-            nexact = exact_pass(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
+            nexact = exact_pass::<TH>(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
             nexact
         } else {
             let nr = bt.rerank.min(nbest);
@@ -800,10 +811,10 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
                     *exact.add(j as usize) = candidate(d, id);
                     counts.exact += 1;
                 }
-                j += T / 32;
+                j += TH / 32;
             }
             sync();
-            sort_block(exact, nr);
+            sort_block::<TH>(exact, nr);
             nr
         };
         let mut j = t;
@@ -817,7 +828,7 @@ unsafe fn wave_search_body<const SPILLED: bool>(index: *const IndexView, batch: 
                 *(bt.out_ids as *mut u32).add(o) = PAD_ID;
                 *(bt.out_dists as *mut f32).add(o) = f32::INFINITY;
             }
-            j += T;
+            j += TH;
         }
 
         // Work counters: per thread into shared memory, then one add per block.

@@ -12,7 +12,8 @@ use crate::data;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct BuildFlags {
-    /// Copies C (default 32).
+    /// Copies C (default 32, halved down to 8 when the index would not fit
+    /// the memory budget).
     #[arg(long)]
     pub copies: Option<usize>,
     /// E8 blocks per copy (default 4).
@@ -64,6 +65,11 @@ pub struct BuildFlags {
     /// Seed.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// GiB the index may take (default: 80% of the GPU's memory when it
+    /// builds on a GPU, else half the host's); the defaults shrink to fit it,
+    /// and a build that still does not fit a budget given here is refused.
+    #[arg(long)]
+    pub memory_budget_gib: Option<f64>,
 }
 
 impl BuildFlags {
@@ -104,6 +110,12 @@ impl BuildFlags {
         }
         if let Some(s) = self.seed {
             p.seed = s;
+        }
+        if let Some(g) = self.memory_budget_gib {
+            if !(g.is_finite() && g > 0.0) {
+                anyhow::bail!("--memory-budget-gib {g}: expected a positive number");
+            }
+            p.memory_budget = Some((g * (1u64 << 30) as f64) as u64);
         }
         Ok(p)
     }
@@ -165,7 +177,15 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
     } else {
         dim
     };
-    let resolved = params.resolve(n, stored_dim);
+    let (resolved, budget) = params.resolve_for_target(n, stored_dim);
+    if let Some(b) = &budget {
+        println!(
+            "memory budget {:.1} GiB ({}); typical size of these parameters {:.1} GiB",
+            b.bytes as f64 / (1u64 << 30) as f64,
+            b.source,
+            SizeEstimate::typical(&resolved).total() as f64 / (1u64 << 30) as f64
+        );
+    }
     println!(
         "building over {n} x {dim} ({metric}) on {} threads: C={} b={} l={} pmin={} w={} Lt={} rows={}",
         rayon::current_num_threads(),

@@ -43,6 +43,7 @@ mod no_gpu;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::{gpu_ripples, gpu_rows};
 pub mod knn;
+pub mod memory;
 pub mod params;
 pub mod pca;
 pub mod probes;
@@ -65,6 +66,7 @@ use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;
 use serde::Serialize;
 
+pub use memory::MemoryBudget;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::Gpu as Device;
 #[cfg(feature = "gpu")]
@@ -120,6 +122,8 @@ pub struct BuildReport {
     /// `"cpu"` or `"gpu"` (where the principal coordinates and exact rows ran).
     pub backend: String,
     pub params: Option<ResolvedParams>,
+    /// The memory budget the defaults were fitted to.
+    pub memory_budget: Option<MemoryBudget>,
     pub spacings: Vec<f32>,
     /// Share of vectors whose copy-0 fragment holds another vector, per spacing.
     pub spacing_hit_rates: Vec<f64>,
@@ -262,7 +266,28 @@ pub fn build_with_progress(
     if sdim < 8 {
         return Err(BuildError::TooFewDims { dim });
     }
-    let p = params.resolve(n, sdim);
+    let (p, budget) = params.resolve_for_target(n, sdim);
+    if let Some(b) = &budget {
+        let typical = SizeEstimate::typical(&p).total();
+        if typical > b.bytes {
+            let msg = format!(
+                "the index would take about {:.1} GiB (C={} l={} pmin={}), more than its memory budget of {:.1} GiB ({})",
+                typical as f64 / (1u64 << 30) as f64,
+                p.copies,
+                p.list_len,
+                p.min_fragment,
+                b.bytes as f64 / (1u64 << 30) as f64,
+                b.source
+            );
+            if params.memory_budget.is_some() {
+                return Err(BuildError::Param(format!(
+                    "{msg}: lower copies or list_len, or raise memory_budget"
+                )));
+            }
+            tracing::warn!("{msg}");
+        }
+    }
+    report.memory_budget = budget;
     if p.blocks == 0 || 8 * p.blocks > sdim.min(64) {
         return Err(BuildError::Param(format!(
             "{} blocks need {} dimensions, the data has {sdim}",

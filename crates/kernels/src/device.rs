@@ -14,6 +14,16 @@ use cudarc::nvrtc::Ptx;
 use crate::layout::{BLOCK_THREADS, NARROW_BLOCK_THREADS};
 use crate::{GpuError, PTX};
 
+/// Total memory of device `ordinal` in bytes (a context is created for the
+/// question, not a [`Gpu`]: no kernels are loaded).
+pub fn total_memory(ordinal: usize) -> Result<usize, GpuError> {
+    // SAFETY: only tries to dlopen libcuda.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    Ok(CudaContext::new(ordinal)?.total_mem()?)
+}
+
 /// Whether a CUDA driver can be loaded and reports at least one device.
 pub fn driver_available() -> bool {
     // SAFETY: is_culib_present only tries to dlopen the library.

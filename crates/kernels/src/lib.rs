@@ -50,7 +50,7 @@ pub mod sort;
 
 pub use brute::GpuBruteForce;
 pub use builder::BuilderKernels;
-pub use device::{device_address, driver_available, with_launch_bounds, Gpu};
+pub use device::{device_address, driver_available, total_memory, with_launch_bounds, Gpu};
 pub use ivf::IvfKernels;
 pub use octex_core::layout;
 pub use pinned::PinnedBuf;

@@ -115,6 +115,11 @@ pub fn entry_points(index: &Index) -> Vec<u32> {
 
 /// Sketch rows prefetched ahead of the one being ranked.
 const PREFETCH_AHEAD: usize = 32;
+/// Rerank vectors prefetched ahead of the exact distance being computed (2
+/// cores, f16 vectors): Fashion-MNIST r8 S16 W2 R64 20.2-20.9k -> 23.3-23.4k
+/// QPS; 400k x 384 R256 7.3k -> 9.6k, per-wave R64 9.7k -> 11.5k; no change
+/// at R32 or on GloVe-50 (100-byte vectors).
+const RERANK_PREFETCH_AHEAD: usize = 4;
 
 /// Per-thread reusable buffers.
 pub(crate) struct Scratch {
@@ -256,6 +261,38 @@ impl Engine {
         }
     }
 
+    /// Hint the CPU to load vector `id`'s rerank row.
+    #[inline]
+    fn prefetch_vector(&self, index: &Index, id: u32) {
+        let dim = index.dim();
+        let i = id as usize;
+        match index.vectors() {
+            RerankView::F32(v) => prefetch(&v[i * dim..(i + 1) * dim]),
+            RerankView::F16(v) => prefetch(&v[i * dim..(i + 1) * dim]),
+        }
+    }
+
+    /// Append the exact distances of `ids` to `q` to `out`, in order, each
+    /// vector prefetched [`RERANK_PREFETCH_AHEAD`] distances ahead.
+    fn exact_distances(
+        &self,
+        index: &Index,
+        q: &[f32],
+        ids: impl Iterator<Item = u32> + Clone,
+        out: &mut Vec<(f32, u32)>,
+    ) {
+        for id in ids.clone().take(RERANK_PREFETCH_AHEAD) {
+            self.prefetch_vector(index, id);
+        }
+        let mut ahead = ids.clone().skip(RERANK_PREFETCH_AHEAD);
+        for id in ids {
+            if let Some(next) = ahead.next() {
+                self.prefetch_vector(index, next);
+            }
+            out.push((self.exact_distance(index, q, id), id));
+        }
+    }
+
     /// Per-wave rerank: exact distances for the best `R` by sketch that have
     /// none yet, merged into the exact list (sorted by distance, then id; at
     /// most `m` entries).
@@ -266,10 +303,16 @@ impl Engine {
         for c in s.best[..take].iter_mut().filter(|c| !c.exact) {
             c.exact = true;
             s.ranked_new.push(Ranked {
-                d: self.exact_distance(index, q, c.id),
+                d: f32::NAN,
                 id: c.id,
                 expanded: c.expanded,
             });
+        }
+        // s.exact is free until the final rerank.
+        s.exact.clear();
+        self.exact_distances(index, q, s.ranked_new.iter().map(|r| r.id), &mut s.exact);
+        for (r, &(d, _)) in s.ranked_new.iter_mut().zip(&s.exact) {
+            r.d = d;
         }
         s.stats.exact_distances += s.ranked_new.len() as u64;
         s.ranked.extend_from_slice(&s.ranked_new);
@@ -429,15 +472,14 @@ impl Engine {
 
         // Exact rerank of the R best (per-wave mode: of the best R not yet
         // reranked, and the answer comes from every entry reranked).
-        s.exact.clear();
         if p.wave_rerank {
             self.exact_pass(index, q, s, p.rerank, m);
+            s.exact.clear();
             s.exact.extend(s.ranked.iter().map(|c| (c.d, c.id)));
         } else {
+            s.exact.clear();
             let take = p.rerank.min(s.best.len());
-            for c in &s.best[..take] {
-                s.exact.push((self.exact_distance(index, q, c.id), c.id));
-            }
+            self.exact_distances(index, q, s.best[..take].iter().map(|c| c.id), &mut s.exact);
             s.stats.exact_distances += take as u64;
             s.exact
                 .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));

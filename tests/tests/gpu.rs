@@ -111,6 +111,23 @@ fn brute_force_matches_the_cpu() {
     );
 }
 
+/// CPU and GPU top-10 ids of one search: recall within 0.005 of each other,
+/// more than 95% of the ids shared.
+fn assert_backends_agree(p: &SearchParams, cpu: &[u32], gpu: &[u32], truth: &[u32]) {
+    let (rc, rg) = (recall(cpu, truth, 10), recall(gpu, truth, 10));
+    let same = cpu.iter().zip(gpu).filter(|(a, b)| a == b).count() as f64 / cpu.len() as f64;
+    let same_sets = recall(gpu, cpu, 10);
+    eprintln!("{p:?}: recall CPU {rc:.4} GPU {rg:.4}, same ids in place {same:.4}, as sets {same_sets:.4}");
+    assert!(
+        (rc - rg).abs() <= 0.005,
+        "{p:?}: recall CPU {rc} vs GPU {rg}"
+    );
+    assert!(
+        same_sets > 0.95,
+        "{p:?}: only {same_sets} of the top-10 ids agree"
+    );
+}
+
 /// The same index searched on CPU and GPU: recall within 0.005, > 95% of the
 /// top-10 ids identical. Also: batch of 1, a batch split by `max_batch`, k = R,
 /// graph replays repeatable, no duplicate ids.
@@ -184,19 +201,7 @@ fn cpu_and_gpu_agree() {
         assert_eq!(spill > 0, p.start_points == 512, "{p:?}");
         let cpu = index.search(&queries, 10, &p).unwrap();
         let gpu = g.search(&queries, 10, &p).unwrap();
-        let (rc, rg) = (recall(&cpu.ids, &truth, 10), recall(&gpu.ids, &truth, 10));
-        let same = cpu.ids.iter().zip(&gpu.ids).filter(|(a, b)| a == b).count() as f64
-            / cpu.ids.len() as f64;
-        let same_sets = recall(&gpu.ids, &cpu.ids, 10);
-        eprintln!("{p:?}: recall CPU {rc:.4} GPU {rg:.4}, same ids in place {same:.4}, as sets {same_sets:.4}");
-        assert!(
-            (rc - rg).abs() <= 0.005,
-            "{p:?}: recall CPU {rc} vs GPU {rg}"
-        );
-        assert!(
-            same_sets > 0.95,
-            "{p:?}: only {same_sets} of the top-10 ids agree"
-        );
+        assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
         for row in gpu.ids.chunks_exact(10) {
             let mut r = row.to_vec();
             r.sort_unstable();
@@ -277,17 +282,7 @@ fn large_batches_agree_between_cpu_and_gpu() {
     ] {
         let cpu = index.search(&queries, 10, &p).unwrap();
         let gpu = large.search(&queries, 10, &p).unwrap();
-        let (rc, rg) = (recall(&cpu.ids, &truth, 10), recall(&gpu.ids, &truth, 10));
-        let same_sets = recall(&gpu.ids, &cpu.ids, 10);
-        eprintln!("{p:?}: recall CPU {rc:.4} GPU {rg:.4}, same ids as sets {same_sets:.4}");
-        assert!(
-            (rc - rg).abs() <= 0.005,
-            "{p:?}: recall CPU {rc} vs GPU {rg}"
-        );
-        assert!(
-            same_sets > 0.95,
-            "{p:?}: only {same_sets} of the top-10 ids agree"
-        );
+        assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
         assert_eq!(gpu.stats.queries, 2_500);
         assert_eq!(
             gpu.ids,

@@ -98,8 +98,9 @@ pub struct Gpu {
     /// Fewest queries of a `wave_search_narrow` launch (enough blocks for
     /// every multiprocessor).
     pub(crate) narrow_min_batch: u32,
-    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow): one build of the
-    /// shared-memory search for every launch that fits it, for measurements.
+    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow): one build for every
+    /// launch whose large arrays are in shared memory, whatever its shared
+    /// memory or batch size, for measurements (spilled launches keep theirs).
     pub(crate) forced_search_kernel: Option<SearchKernel>,
 }
 

@@ -5,10 +5,12 @@
 //! - `build-index`: build and save an index;
 //! - `search`: search an index, print recall and throughput;
 //! - `bench`: parameter sweep with peers, JSON and a Pareto plot;
+//! - `codes`: how well compressed codes rank a data set (sketch vs RaBitQ);
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
 mod bench;
 mod build_cmd;
+mod codes;
 mod data;
 mod demo;
 mod fetch;
@@ -85,6 +87,9 @@ enum Cmd {
     Search(search_cmd::SearchArgs),
     /// Sweep search parameters (and peers with --peers); results.json + pareto.png.
     Bench(bench::BenchArgs),
+    /// Score compressed codes (octex's int8 sketch, 4-bit, RaBitQ) by how
+    /// well they rank a data set, against its ground truth.
+    Codes(codes::CodesArgs),
     /// Redraw the Pareto plot of a bench's results.json.
     Plot {
         #[arg(long)]
@@ -157,6 +162,7 @@ fn main() -> Result<()> {
         } => synth::run(&name, n, queries, dim, clusters, &root),
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
+        Cmd::Codes(args) => codes::run(args, &root),
         Cmd::Plot { results, out } => bench::replot(&results, &out),
         Cmd::Demo {
             data,

@@ -93,6 +93,8 @@ pub struct IndexView {
     pub sketch: u64,
     /// `f32` per sketch coordinate.
     pub sketch_scales: u64,
+    /// `f32` per vector: its sketch row's norm ([`crate::sketch::row_norm`]).
+    pub sketch_norms: u64,
     /// Rerank vectors, `f16` (`vectors_f16 == 1`) or `f32`, `dim` per vector.
     pub vectors: u64,
     /// `f32` shifts, `copies x 8 * blocks`.
@@ -200,7 +202,7 @@ pub const STAT_SLOTS: usize = 8;
 /// query's slice of the global scratch; the rest is always shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SearchSmem {
-    /// `u32` counters (16).
+    /// `u32` counters ([`SearchSmem::COUNTERS`]).
     pub counters: u32,
     /// `u64` candidates, `buf_len`.
     pub buf: u32,
@@ -210,10 +212,8 @@ pub struct SearchSmem {
     pub hash: u32,
     /// `u32` ids first seen in the current round, [`SearchSmem::fresh_len`].
     pub fresh: u32,
-    /// `f32` sketch query coordinates, `sketch_width`.
+    /// `i16` sketch query codes ([`crate::sketch`]), `sketch_width`.
     pub qs: u32,
-    /// `f32` sketch scales, `sketch_width`.
-    pub scales: u32,
     /// `f32` stored-space query, `dim`.
     pub query: u32,
     /// `u32` ripple start per copy, `copies`.
@@ -236,7 +236,7 @@ const fn align_up(x: u32, a: u32) -> u32 {
 }
 
 impl SearchSmem {
-    pub const COUNTERS: u32 = 16;
+    pub const COUNTERS: u32 = 20;
 
     pub const fn new(index: &IndexView, batch: &BatchView) -> Self {
         let spilled = batch.scratch_per_query > 0;
@@ -251,8 +251,7 @@ impl SearchSmem {
         let large_end = align_up(fresh + 4 * Self::fresh_len(index, batch), 16);
         let large = large_end - start;
         let qs = if spilled { after_counters } else { large_end };
-        let scales = qs + 4 * index.sketch_width;
-        let query = align_up(scales + 4 * index.sketch_width, 16);
+        let query = align_up(qs + 2 * index.sketch_width, 16);
         let hits = align_up(query + 4 * index.dim, 16);
         let hits_by_spacing = hits + 4 * index.copies;
         let starts = hits_by_spacing + 4 * index.copies * index.spacings;
@@ -264,7 +263,6 @@ impl SearchSmem {
             hash,
             fresh,
             qs,
-            scales,
             query,
             hits,
             hits_by_spacing,
@@ -301,6 +299,8 @@ pub const CTR_FRESH: usize = 6;
 pub const CTR_EXACT: usize = 7;
 /// 8 slots (one per warp) for block scans.
 pub const CTR_WARP_SUMS: usize = 8;
+/// The largest `|q_j sigma_j|` of the query (`f32` bits; [`crate::sketch`]).
+pub const CTR_QUERY_AMAX: usize = 16;
 
 /// Order-preserving map of an `f32` to a `u32` (negative values too): sorting
 /// the `u32`s sorts the floats.

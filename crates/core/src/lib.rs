@@ -9,7 +9,9 @@
 //! - [`e8`]: nearest point of D8 and E8 with one fixed tie rule;
 //! - [`key`]: the 64-bit fragment key and check word of a tuple of E8 points;
 //! - [`layout`]: the `repr(C)` argument structures and constants the kernels
-//!   and their host launchers share bit for bit.
+//!   and their host launchers share bit for bit;
+//! - [`sketch`]: the sketch distance's integer form (the query's int16 code,
+//!   the per-row norm, the estimate) that the CPU and GPU searches compute.
 //!
 //! Place in the pipeline: the bottom. Users reach these through
 //! `octex-lattice` (which re-exports [`e8`] and [`key`]) and `octex-kernels`
@@ -19,6 +21,7 @@
 pub mod e8;
 pub mod key;
 pub mod layout;
+pub mod sketch;
 
 /// A `repr(C)` plain-old-data structure that the kernels read from device
 /// memory exactly as the host wrote it: only integers, floats and `u64`

@@ -79,7 +79,7 @@ impl Index {
                         Vec::new(),
                         Vec::new(),
                         Vec::new(),
-                        Vec::new(),
+                        engine::SketchQueries::default(),
                     )
                 },
                 |(scratch, stored, norms, pcs, z, qs), (ci, (id_out, d_out))| {
@@ -93,13 +93,13 @@ impl Index {
                     )?;
                     z.resize(qn * width, 0.0);
                     self.engine.map.project_batch(stored, pcs, z, false);
-                    self.engine.sketch_coords(pcs, qs);
+                    self.engine.sketch_queries(&self.raw, pcs, qs);
                     scratch.stats = SearchStats::default();
                     for i in 0..qn {
                         self.engine.search_one(
                             &self.raw,
                             &z[i * width..(i + 1) * width],
-                            &qs[i * w..(i + 1) * w],
+                            qs.get(i, w),
                             &stored[i * sdim..(i + 1) * sdim],
                             &plan,
                             scratch,
@@ -154,7 +154,7 @@ impl Index {
             norms: Vec::new(),
             pcs: Vec::new(),
             z: Vec::new(),
-            qs: Vec::new(),
+            qs: Default::default(),
         })
     }
 }
@@ -168,7 +168,7 @@ pub struct Searcher<'a> {
     norms: Vec<f32>,
     pcs: Vec<f32>,
     z: Vec<f32>,
-    qs: Vec<f32>,
+    qs: engine::SketchQueries,
 }
 
 impl Searcher<'_> {
@@ -187,13 +187,13 @@ impl Searcher<'_> {
         ix.engine
             .map
             .project_batch(&self.stored, &mut self.pcs, &mut self.z, false);
-        ix.engine.sketch_coords(&self.pcs, &mut self.qs);
+        ix.engine.sketch_queries(&ix.raw, &self.pcs, &mut self.qs);
         let mut ids = vec![0u32; k];
         let mut d = vec![0f32; k];
         ix.engine.search_one(
             &ix.raw,
             &self.z,
-            &self.qs,
+            self.qs.get(0, ix.engine.sketch_width),
             &self.stored,
             &plan,
             &mut self.scratch,

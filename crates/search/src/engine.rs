@@ -20,8 +20,10 @@
 //! above them were expanded), and the rerank takes the best `R`, so keeping `M` is
 //! exact, not a heuristic.
 
+use octex_core::sketch::{estimate, row_norm, QueryScale};
 use octex_index::{Index, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
+use rayon::prelude::*;
 
 use crate::plan::SearchPlan;
 use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
@@ -86,10 +88,48 @@ pub(crate) struct Engine {
     pub exact_f16: ExactF16Fn,
     /// Sketch width (int8 coordinates per row).
     pub sketch_width: usize,
+    /// Each vector's sketch row norm ([`octex_core::sketch::row_norm`]),
+    /// computed once at load; the GPU backend uploads this same table.
+    pub sketch_norms: Vec<f32>,
     pub row_len: usize,
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
     pub seeds: Vec<u32>,
+}
+
+/// One query's sketch code ([`octex_core::sketch`]).
+#[derive(Clone, Copy)]
+pub(crate) struct SketchQuery<'a> {
+    pub codes: &'a [i16],
+    pub scale: QueryScale,
+}
+
+/// The sketch codes of a batch of queries ([`Engine::sketch_queries`]).
+#[derive(Default)]
+pub(crate) struct SketchQueries {
+    codes: Vec<i16>,
+    scales: Vec<QueryScale>,
+}
+
+impl SketchQueries {
+    /// Query `i`'s code, width `w`.
+    pub fn get(&self, i: usize, w: usize) -> SketchQuery<'_> {
+        SketchQuery {
+            codes: &self.codes[i * w..(i + 1) * w],
+            scale: self.scales[i],
+        }
+    }
+}
+
+/// Every row's [`row_norm`], in parallel.
+pub fn sketch_norms(index: &Index) -> Vec<f32> {
+    let w = index.header().sketch_width as usize;
+    let scales = index.sketch_scales();
+    index
+        .sketch()
+        .par_chunks(w.max(1))
+        .map(|row| row_norm(row, scales))
+        .collect()
 }
 
 /// Most fallback entry points.
@@ -177,43 +217,59 @@ impl Engine {
             exact_f32,
             exact_f16,
             sketch_width: h.sketch_width as usize,
+            sketch_norms: sketch_norms(index),
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),
         }
     }
 
-    /// Sketch coordinates (`n x w`) from principal coordinates (`n x m`): the
-    /// first `w`, zero beyond `m`.
-    pub fn sketch_coords(&self, pcs: &[f32], qs: &mut Vec<f32>) {
+    /// Sketch query codes (`n x w` `i16`) and their steps from principal
+    /// coordinates (`n x m`): `a_j` is the first `w` coordinates (zero beyond
+    /// `m`) times the sketch scales, coded by [`QueryScale`], the rule the GPU
+    /// kernel follows.
+    pub fn sketch_queries(&self, index: &Index, pcs: &[f32], q: &mut SketchQueries) {
         let m = self.map.basis_dim;
         let w = self.sketch_width;
-        qs.clear();
+        let scales = index.sketch_scales();
+        q.codes.clear();
+        q.scales.clear();
         for r in pcs.chunks_exact(m) {
-            qs.extend((0..w).map(|j| if j < m { r[j] } else { 0.0 }));
+            let a = |j: usize| if j < m { r[j] * scales[j] } else { 0.0 };
+            let amax = (0..w).fold(0.0f32, |mx, j| mx.max(a(j).abs()));
+            let scale = QueryScale::new(amax, w as u32);
+            q.codes.extend((0..w).map(|j| scale.code(a(j), w as u32)));
+            q.scales.push(scale);
         }
     }
 
     /// Rank the ids in `s.fresh` by sketch distance into `s.cand`. Not inlined,
     /// so that profiles separate ranking from the rest of the wave loop.
     #[inline(never)]
-    fn rank_fresh(&self, index: &Index, qs: &[f32], scales: &[f32], s: &mut Scratch) {
+    fn rank_fresh(&self, index: &Index, qs: SketchQuery, s: &mut Scratch) {
         let sk = index.sketch();
         let w = self.sketch_width;
+        let norms = &self.sketch_norms;
         let row = |id: u32| &sk[id as usize * w..id as usize * w + w];
         // Software pipeline: a core keeps only ~10-20 misses in flight, so
-        // prefetch PREFETCH_AHEAD rows ahead of the distance being computed
-        // rather than all rows up front.
+        // prefetch PREFETCH_AHEAD rows (and norms) ahead of the distance being
+        // computed rather than all rows up front.
         for &id in s.fresh.iter().take(PREFETCH_AHEAD) {
             prefetch(row(id));
+            prefetch_at(&norms[id as usize]);
         }
         s.cand.clear();
         for (i, &id) in s.fresh.iter().enumerate() {
             if let Some(&ahead) = s.fresh.get(i + PREFETCH_AHEAD) {
                 prefetch(row(ahead));
+                prefetch_at(&norms[ahead as usize]);
             }
             s.cand.push(Cand {
-                d: (self.kernel)(qs, scales, row(id)),
+                d: estimate(
+                    norms[id as usize],
+                    qs.scale,
+                    (self.kernel)(qs.codes, row(id)),
+                ),
                 id,
                 expanded: false,
                 exact: false,
@@ -330,7 +386,7 @@ impl Engine {
         &self,
         index: &Index,
         z: &[f32],
-        qs: &[f32],
+        qs: SketchQuery,
         q: &[f32],
         plan: &SearchPlan,
         s: &mut Scratch,
@@ -341,7 +397,6 @@ impl Engine {
         let nsp = self.map.spacings.len();
         let p = &plan.params;
         let (r, m, k) = (plan.read_depth, plan.keep, plan.k);
-        let scales = index.sketch_scales();
         s.visited.clear();
         s.best.clear();
         s.ranked.clear();
@@ -418,7 +473,7 @@ impl Engine {
                 }
             }
         }
-        self.rank_fresh(index, qs, scales, s);
+        self.rank_fresh(index, qs, s);
         self.merge(s, m);
 
         // Waves.
@@ -466,7 +521,7 @@ impl Engine {
                     }
                 }
             }
-            self.rank_fresh(index, qs, scales, s);
+            self.rank_fresh(index, qs, s);
             self.merge(s, m);
         }
 

@@ -59,7 +59,7 @@ impl Index {
         let inner = std::sync::Arc::get_mut(&mut self.0).ok_or_else(|| {
             SearchError::Params("the index is shared: choose the kernel before cloning it".into())
         })?;
-        inner.engine.kernel = simd::sketch_distance_portable;
+        inner.engine.kernel = simd::sketch_dot_portable;
         inner.kernel_name = "portable";
         Ok(())
     }

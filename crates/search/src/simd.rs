@@ -1,24 +1,20 @@
-//! The sketch distance: `sum_j (q_j - scale_j * s_j)^2` between a query's float
-//! principal coordinates `q` and an int8 sketch row `s` (the per-coordinate scales
-//! fold the dequantisation into one fused multiply-add per coordinate).
+//! The sketch kernel: the integer dot product of a query's `i16` sketch code
+//! with an `i8` sketch row ([`octex_core::sketch`] turns it into the
+//! distance estimate, the same arithmetic as the GPU's `dp2a`s), and the
+//! exact-distance kernels.
 //!
-//! Two paths that are tested equal: AVX2+FMA (x86-64, chosen at run time) and a
-//! portable one. Widths are multiples of 16.
+//! Two paths each that are tested equal: AVX2 (x86-64, chosen at run time)
+//! and a portable one. Sketch widths are multiples of 16.
 
-/// A sketch distance kernel: `(query coords, scales, sketch row) -> distance`.
-pub type SketchFn = fn(&[f32], &[f32], &[i8]) -> f32;
+/// A sketch kernel: `(query code, sketch row) -> integer dot product`.
+pub type SketchFn = fn(&[i16], &[i8]) -> i32;
 
 /// The portable kernel.
-pub fn sketch_distance_portable(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
-    let mut acc = [0f32; 8];
-    for ((qc, sc), rc) in q
-        .chunks_exact(8)
-        .zip(scales.chunks_exact(8))
-        .zip(row.chunks_exact(8))
-    {
+pub fn sketch_dot_portable(q: &[i16], row: &[i8]) -> i32 {
+    let mut acc = [0i32; 8];
+    for (qc, rc) in q.chunks_exact(8).zip(row.chunks_exact(8)) {
         for i in 0..8 {
-            let d = qc[i] - sc[i] * rc[i] as f32;
-            acc[i] += d * d;
+            acc[i] += qc[i] as i32 * rc[i] as i32;
         }
     }
     acc.iter().sum()
@@ -28,42 +24,50 @@ pub fn sketch_distance_portable(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    /// Per 16 bytes: the row widened to `i16`, one `vpmaddwd` with the
+    /// query's codes (pairs of products summed into `i32`), one add.
+    ///
     /// # Safety
-    /// The CPU must support AVX2 and FMA; `q`, `scales` and `row` must have the
-    /// same length, a multiple of 16.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn sketch_distance_avx2(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
+    /// The CPU must support AVX2; `q` and `row` must have the same length, a
+    /// multiple of 16.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn sketch_dot_avx2(q: &[i16], row: &[i8]) -> i32 {
         let w = row.len();
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
+        let mut acc0 = _mm256_setzero_si256();
+        let mut acc1 = _mm256_setzero_si256();
         let mut j = 0;
-        while j < w {
-            // SAFETY: j + 16 <= w and all three slices hold w elements (caller).
-            let bytes = _mm_loadu_si128(row.as_ptr().add(j) as *const __m128i);
-            let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-            let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
-            let q0 = _mm256_loadu_ps(q.as_ptr().add(j));
-            let q1 = _mm256_loadu_ps(q.as_ptr().add(j + 8));
-            let s0 = _mm256_loadu_ps(scales.as_ptr().add(j));
-            let s1 = _mm256_loadu_ps(scales.as_ptr().add(j + 8));
-            let d0 = _mm256_fnmadd_ps(s0, lo, q0);
-            let d1 = _mm256_fnmadd_ps(s1, hi, q1);
-            acc0 = _mm256_fmadd_ps(d0, d0, acc0);
-            acc1 = _mm256_fmadd_ps(d1, d1, acc1);
-            j += 16;
+        while j + 32 <= w {
+            // SAFETY: j + 32 <= w and both slices hold w elements (caller).
+            let r0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(j) as *const __m128i));
+            let r1 =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(j + 16) as *const __m128i));
+            let q0 = _mm256_loadu_si256(q.as_ptr().add(j) as *const __m256i);
+            let q1 = _mm256_loadu_si256(q.as_ptr().add(j + 16) as *const __m256i);
+            acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(q0, r0));
+            acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(q1, r1));
+            j += 32;
         }
-        let acc = _mm256_add_ps(acc0, acc1);
-        let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-        _mm_cvtss_f32(h)
+        if j < w {
+            // SAFETY: j + 16 == w (w is a multiple of 16).
+            let r0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(j) as *const __m128i));
+            let q0 = _mm256_loadu_si256(q.as_ptr().add(j) as *const __m256i);
+            acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(q0, r0));
+        }
+        let acc = _mm256_add_epi32(acc0, acc1);
+        let h = _mm_add_epi32(
+            _mm256_castsi256_si128(acc),
+            _mm256_extracti128_si256(acc, 1),
+        );
+        let h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        let h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+        _mm_cvtsi128_si32(h)
     }
 
-    pub fn sketch_distance_avx2_checked(q: &[f32], scales: &[f32], row: &[i8]) -> f32 {
-        assert!(q.len() == row.len() && scales.len() == row.len() && row.len() % 16 == 0);
+    pub fn sketch_dot_avx2_checked(q: &[i16], row: &[i8]) -> i32 {
+        assert!(q.len() == row.len() && row.len() % 16 == 0);
         // SAFETY: this function is only handed out by `best_kernel` after runtime
-        // detection of AVX2 and FMA; the lengths are checked just above.
-        unsafe { sketch_distance_avx2(q, scales, row) }
+        // detection of AVX2; the lengths are checked just above.
+        unsafe { sketch_dot_avx2(q, row) }
     }
 
     #[inline(always)]
@@ -111,11 +115,11 @@ pub fn prefetch_at<T>(v: &T) {
 pub fn best_kernel() -> (SketchFn, &'static str) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            return (x86::sketch_distance_avx2_checked, "avx2+fma");
+        if std::is_x86_feature_detected!("avx2") {
+            return (x86::sketch_dot_avx2_checked, "avx2");
         }
     }
-    (sketch_distance_portable, "portable")
+    (sketch_dot_portable, "portable")
 }
 
 #[cfg(test)]
@@ -126,22 +130,21 @@ mod tests {
     proptest! {
         #[test]
         fn simd_and_portable_agree(
-            blocks in 1usize..8,
+            blocks in 1usize..33,
             seed in any::<u64>(),
         ) {
             let w = blocks * 16;
             let mut s = seed;
             let mut next = || { s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (s >> 33) as u32 };
-            let q: Vec<f32> = (0..w).map(|_| (next() % 2000) as f32 / 100.0 - 10.0).collect();
-            let sc: Vec<f32> = (0..w).map(|_| (next() % 1000) as f32 / 10000.0 + 0.001).collect();
+            let limit = octex_core::sketch::query_code_limit(w as u32) as i32;
+            let q: Vec<i16> = (0..w).map(|_| ((next() % (2 * limit as u32 + 1)) as i32 - limit) as i16).collect();
             let row: Vec<i8> = (0..w).map(|_| next() as i8).collect();
-            let a = sketch_distance_portable(&q, &sc, &row);
+            let a = sketch_dot_portable(&q, &row);
             let (k, _) = best_kernel();
-            let b = k(&q, &sc, &row);
-            prop_assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{} vs {}", a, b);
-            // and both equal the definition in f64
-            let exact: f64 = (0..w).map(|j| (q[j] as f64 - sc[j] as f64 * row[j] as f64).powi(2)).sum();
-            prop_assert!((a as f64 - exact).abs() <= 1e-4 * exact.max(1.0));
+            prop_assert_eq!(a, k(&q, &row));
+            // and both equal the definition in i64
+            let exact: i64 = (0..w).map(|j| q[j] as i64 * row[j] as i64).sum();
+            prop_assert_eq!(a as i64, exact);
         }
     }
 }

@@ -41,7 +41,7 @@
 
 // The decoder, the key hash and the shared layouts: the same `octex-core`
 // source the host crates compile.
-use octex_core::{e8, key, layout};
+use octex_core::{e8, key, layout, sketch};
 
 mod brute;
 mod build;

@@ -204,6 +204,55 @@ pub unsafe fn add_global_u64(p: *mut u64, v: u64) {
     }
 }
 
+/// Shared-memory maximum (unsigned) on a generic pointer into shared memory.
+#[inline(always)]
+pub unsafe fn max_shared(p: *mut u32, v: u32) {
+    // SAFETY: `p` points into this block's shared memory.
+    unsafe {
+        asm!("{{ .reg .u64 a; .reg .u32 o; cvta.to.shared.u64 a, {0}; atom.shared.max.u32 o, [a], {1}; }}",
+             in(reg64) p, in(reg32) v);
+    }
+}
+
+/// `acc` plus the dot product of the two `i16` halves of `a` with bytes 0-1
+/// (`HI = false`) or 2-3 (`HI = true`) of `b` as `i8` (PTX `dp2a`).
+#[inline(always)]
+pub fn dp2a<const HI: bool>(a: u32, b: u32, acc: i32) -> i32 {
+    let d: i32;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        if HI {
+            asm!("dp2a.hi.s32.s32 {0}, {1}, {2}, {3};", out(reg32) d, in(reg32) a, in(reg32) b, in(reg32) acc);
+        } else {
+            asm!("dp2a.lo.s32.s32 {0}, {1}, {2}, {3};", out(reg32) d, in(reg32) a, in(reg32) b, in(reg32) acc);
+        }
+    }
+    d
+}
+
+/// 16 bytes from shared memory (a generic pointer into it).
+#[inline(always)]
+pub unsafe fn load16_shared(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: `p` is a 16-byte aligned address in this block's shared memory.
+    unsafe {
+        asm!("{{ .reg .u64 s; cvta.to.shared.u64 s, {4}; ld.shared.v4.u32 {{{0}, {1}, {2}, {3}}}, [s]; }}",
+             out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p);
+    }
+    [a, b, c, d]
+}
+
+/// An `f32` from read-only global memory.
+#[inline(always)]
+pub unsafe fn load_f32_nc(p: *const f32) -> f32 {
+    let v: f32;
+    // SAFETY: `p` is 4-byte aligned global memory that no kernel writes.
+    unsafe {
+        asm!("ld.global.nc.f32 {0}, [{1}];", out(reg32) v, in(reg64) p);
+    }
+    v
+}
+
 /// 16 bytes from read-only global memory.
 #[inline(always)]
 pub unsafe fn load16_nc(p: *const u8) -> [u32; 4] {

@@ -11,6 +11,7 @@ use crate::e8::decode_e8;
 use crate::key::{EMPTY_KEY, KeyHasher};
 use crate::layout::*;
 use crate::prims::*;
+use crate::sketch::{estimate, QueryScale};
 
 /// Key and centre distance of one copy's projection at one spacing: the same
 /// arithmetic as `CopyMap::decode` + `fragment_key`.
@@ -114,36 +115,39 @@ unsafe fn visit_from(hash: *mut u32, mask: u32, id: u32, mut s: u32, global: boo
 /// bytes); wider rows are read in further groups of this many.
 const SKETCH_CHUNKS: usize = 6;
 
-/// Sketch distance `sum_j (q_j - scale_j * s_j)^2` of vector `id`. Rows up
-/// to 96 bytes are one group whose loads are all issued before the first is
-/// used (the code of the 96-byte kernel, unchanged); wider rows continue in
+/// Sketch distance estimate of vector `id` ([`crate::sketch::estimate`]):
+/// its row norm minus the query step times the integer dot product of the
+/// query's `i16` codes with the row. Rows up to 96 bytes are one group whose
+/// loads are all issued before the first is used; wider rows continue in
 /// further groups.
 #[inline(always)]
-unsafe fn sketch_distance(ix: &IndexView, qs: *const f32, scales: *const f32, id: u32) -> f32 {
+unsafe fn sketch_distance(ix: &IndexView, codes: *const u32, scale: QueryScale, id: u32) -> f32 {
     let w = ix.sketch_width as usize;
     // SAFETY: id < n; rows are w bytes, w a multiple of 16, the section
-    // 64-aligned; qs and scales hold w values.
+    // 64-aligned; codes hold w i16 values (w / 2 words), 16-aligned; the
+    // norms hold n values.
     unsafe {
+        let norm = load_f32_nc((ix.sketch_norms as *const f32).add(id as usize));
         let row = (ix.sketch as *const u8).add(id as usize * w);
-        let mut acc = sketch_group(row, qs, scales, 0, w, 0.0);
+        let mut dot = sketch_group(row, codes, 0, w, 0);
         let mut group = 16 * SKETCH_CHUNKS;
         while group < w {
-            acc = sketch_group(row, qs, scales, group, w, acc);
+            dot = sketch_group(row, codes, group, w, dot);
             group += 16 * SKETCH_CHUNKS;
         }
-        acc
+        estimate(norm, scale, dot)
     }
 }
 
-/// `acc` plus the terms of bytes `group .. min(group + 96, w)` of a sketch
-/// row. The six chunks are written out one by one, so the loaded words stay
-/// in registers (a loop over an array of them was not unrolled and went to
-/// local memory), and four partial sums break the chain of dependent adds.
+/// `dot` plus the products of bytes `group .. min(group + 96, w)` of a
+/// sketch row with the query's codes: per 4 bytes, two `dp2a`s. The six
+/// chunks are written out one by one, so the loaded words stay in registers
+/// (a loop over an array of them was not unrolled and went to local memory).
 ///
 /// # Safety
-/// `row`, `qs` and `scales` hold `w` values.
+/// `row` holds `w` bytes, `codes` `w` `i16`s, 16-byte aligned.
 #[inline(always)]
-unsafe fn sketch_group(row: *const u8, qs: *const f32, scales: *const f32, group: usize, w: usize, acc: f32) -> f32 {
+unsafe fn sketch_group(row: *const u8, codes: *const u32, group: usize, w: usize, dot: i32) -> i32 {
     const _: () = assert!(SKETCH_CHUNKS == 6);
     // SAFETY: the caller's contract; chunks past w are neither read nor summed.
     unsafe {
@@ -155,16 +159,18 @@ unsafe fn sketch_group(row: *const u8, qs: *const f32, scales: *const f32, group
             }
         };
         let (w0, w1, w2, w3, w4, w5) = (load(0), load(1), load(2), load(3), load(4), load(5));
-        let mut part = [0.0f32; 4];
+        // Two partial sums break the chain of dependent dp2a's.
+        let mut part = [dot, 0];
         let mut add = |c: usize, words: [u32; 4]| {
             if group + 16 * c < w {
+                // Codes of bytes j .. j + 16: 8 words of two i16 each.
+                let q = codes.add((group + 16 * c) / 2);
+                let (lo, hi) = (load16_shared(q), load16_shared(q.add(4)));
+                let qw = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
                 for (wi, word) in words.iter().enumerate() {
-                    for (b, sum) in part.iter_mut().enumerate() {
-                        let v = i8_to_f32(*word >> (8 * b));
-                        let j = group + 16 * c + 4 * wi + b;
-                        let d = *qs.add(j) - *scales.add(j) * v;
-                        *sum += d * d;
-                    }
+                    let p = &mut part[wi & 1];
+                    *p = dp2a::<false>(qw[2 * wi], *word, *p);
+                    *p = dp2a::<true>(qw[2 * wi + 1], *word, *p);
                 }
             }
         };
@@ -174,17 +180,8 @@ unsafe fn sketch_group(row: *const u8, qs: *const f32, scales: *const f32, group
         add(3, w3);
         add(4, w4);
         add(5, w5);
-        acc + ((part[0] + part[1]) + (part[2] + part[3]))
+        part[0] + part[1]
     }
-}
-
-/// The low byte of `x`, as an `i8`, converted to `f32` exactly with two
-/// full-rate integer/float operations instead of the quarter-rate `I2F`:
-/// `2^23 + (b ^ 0x80)` is a float whose mantissa holds the byte biased by
-/// 128, and subtracting `2^23 + 128` leaves the signed value.
-#[inline(always)]
-fn i8_to_f32(x: u32) -> f32 {
-    f32::from_bits(0x4B00_0000 | ((x & 0xFF) ^ 0x80)) - 8_388_736.0
 }
 
 /// Exact squared L2 distance of vector `id` to the shared-memory query, by one
@@ -418,12 +415,13 @@ struct Counts {
 const GATHER: usize = 8;
 
 /// The shared-memory state one round of the search reads and appends to: the
-/// query's sketch coordinates, the visited set, the list of ids first seen in
+/// query's sketch codes, the visited set, the list of ids first seen in
 /// the round, and the candidate buffer with its count.
 struct Round<'a> {
     ix: &'a IndexView,
-    qs: *const f32,
-    scales: *const f32,
+    /// The query's `i16` sketch codes, two per word.
+    codes: *const u32,
+    scale: QueryScale,
     hash: *mut u32,
     mask: u32,
     /// The large arrays are in the global scratch.
@@ -511,7 +509,7 @@ impl Round<'_> {
             let mut i = t;
             while i < n {
                 let id = *self.fresh.add(i as usize);
-                let d = sketch_distance(self.ix, self.qs, self.scales, id);
+                let d = sketch_distance(self.ix, self.codes, self.scale, id);
                 counts.sketch += 1;
                 if f32_order_key(d) < threshold {
                     let pos = add_shared(self.count, 1);
@@ -618,8 +616,7 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
         let buf = large.add(lay.buf as usize) as *mut u64;
         let exact = large.add(lay.exact as usize) as *mut u64;
         let hash = large.add(lay.hash as usize) as *mut u32;
-        let qs = base.add(lay.qs as usize) as *mut f32;
-        let scales = base.add(lay.scales as usize) as *mut f32;
+        let codes = base.add(lay.qs as usize) as *mut i16;
         let query = base.add(lay.query as usize) as *mut f32;
         let hits = base.add(lay.hits as usize) as *mut u32;
         let starts = base.add(lay.starts as usize) as *mut u32;
@@ -638,17 +635,6 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
         i = t;
         while i < bt.hash_slots {
             *hash.add(i as usize) = EMPTY_SLOT;
-            i += TH;
-        }
-        i = t;
-        while i < w {
-            let pcs = bt.pcs as *const f32;
-            *qs.add(i as usize) = if i < m {
-                *pcs.add((qi * m + i) as usize)
-            } else {
-                0.0
-            };
-            *scales.add(i as usize) = *(ix.sketch_scales as *const f32).add(i as usize);
             i += TH;
         }
         i = t;
@@ -682,6 +668,21 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
             i += TH;
         }
         sync();
+        // The query's sketch coordinates times the scales, `a_j`
+        // ([`crate::sketch`]): their largest magnitude sets the code step.
+        let sketch_a = |j: u32| {
+            let pc = if j < m { *(bt.pcs as *const f32).add((qi * m + j) as usize) } else { 0.0 };
+            pc * *(ix.sketch_scales as *const f32).add(j as usize)
+        };
+        let mut amax = 0.0f32;
+        let mut j = t;
+        while j < w {
+            amax = amax.max(sketch_a(j).abs());
+            j += TH;
+        }
+        if amax > 0.0 {
+            max_shared(ctr.add(CTR_QUERY_AMAX), amax.to_bits());
+        }
         let mut c = t;
         while c < ix.copies {
             let mut hit = u32::MAX;
@@ -711,10 +712,18 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
                 *ripples.add((frag as u64 * l + (e % r) as u64) as usize)
             }
         };
+        // The codes are written here and first read after the barrier inside
+        // `visit_and_score` (between its gather and its scoring).
+        let scale = QueryScale::new(f32::from_bits(core::ptr::read_volatile(ctr.add(CTR_QUERY_AMAX))), w);
+        let mut j = t;
+        while j < w {
+            *codes.add(j as usize) = scale.code(sketch_a(j), w);
+            j += TH;
+        }
         let round = Round {
             ix: &ix,
-            qs,
-            scales,
+            codes: codes as *const u32,
+            scale,
             hash,
             mask,
             global: SPILLED,

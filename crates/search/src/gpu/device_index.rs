@@ -69,6 +69,7 @@ impl DeviceIndex {
         let rows_at = parts.put(gpu, raw.rows())?;
         let sketch_at = parts.put(gpu, raw.sketch())?;
         let scales_at = parts.put(gpu, raw.sketch_scales())?;
+        let norms_at = parts.put(gpu, &index.engine.sketch_norms)?;
         let (vectors_at, f16) = match raw.vectors() {
             RerankView::F16(v) => {
                 let at = parts.put(gpu, bytemuck::cast_slice::<_, u16>(v))?;
@@ -93,6 +94,7 @@ impl DeviceIndex {
             rows: rows_at,
             sketch: sketch_at,
             sketch_scales: scales_at,
+            sketch_norms: norms_at,
             vectors: vectors_at,
             shifts: shifts_at,
             inv_spacings: inv_at,

@@ -15,6 +15,8 @@
 //!   arrays in a global scratch);
 //!   `fragment_keys`, the key and centre distance of every (vector, copy,
 //!   spacing);
+//! - [`distance`]: the search's sketch estimate (`dp2a` over the query's
+//!   int16 codes) and exact distance;
 //! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and
 //!   `topk_tile`, the running top-k of a tile of dot products (exact brute
 //!   force, exact neighbour rows);
@@ -45,6 +47,7 @@ use octex_core::{e8, key, layout, sketch};
 
 mod brute;
 mod build;
+mod distance;
 mod ivf;
 mod prims;
 mod search;

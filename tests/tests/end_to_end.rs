@@ -609,3 +609,65 @@ fn wave_rerank_ranks_start_points_exactly() {
         "S = 64 with per-wave rerank {rw} vs S = 16 once {ra}"
     );
 }
+
+/// The sketch distance the search ranks by (`octex-core::sketch`: the
+/// query's int16 codes times the int8 rows, plus each row's norm) against
+/// the float sketch distance `sum_j (q_j - sigma_j s_j)^2` computed here in
+/// f64 from the index's sketch and scales, over every vector for 20 queries:
+/// equal up to the query's `|q|^2` and the int16 rounding, so they rank alike.
+#[test]
+fn integer_sketch_estimate_matches_the_float_sketch_distance() {
+    use octex_core::sketch::{estimate, row_norm, QueryScale};
+    let (base, queries) = data();
+    let built = build(&base, DIM, Metric::L2, &test_params()).unwrap();
+    let raw = &built.index;
+    let w = raw.header().sketch_width as usize;
+    let (sketch, scales) = (raw.sketch(), raw.sketch_scales());
+    let map = raw.copy_map();
+    let nq = 20;
+    let mut pcs = Vec::new();
+    let mut z = vec![0f32; nq * map.width()];
+    map.project_batch(&queries[..nq * DIM], &mut pcs, &mut z, false);
+    let m = map.basis_dim;
+    let mut worst = 0f64;
+    for q in 0..nq {
+        let qs: Vec<f32> = (0..w)
+            .map(|j| if j < m { pcs[q * m + j] } else { 0.0 })
+            .collect();
+        let a: Vec<f32> = qs.iter().zip(scales).map(|(x, s)| x * s).collect();
+        let amax = a.iter().fold(0f32, |mx, v| mx.max(v.abs()));
+        let scale = QueryScale::new(amax, w as u32);
+        let codes: Vec<i32> = a.iter().map(|&v| scale.code(v, w as u32) as i32).collect();
+        let q2: f64 = qs.iter().map(|&x| x as f64 * x as f64).sum();
+        let (mut float_d, mut int_d) = (Vec::new(), Vec::new());
+        for row in sketch.chunks_exact(w) {
+            let exact: f64 = (0..w)
+                .map(|j| (qs[j] as f64 - scales[j] as f64 * row[j] as f64).powi(2))
+                .sum();
+            let dot: i32 = (0..w).map(|j| codes[j] * row[j] as i32).sum();
+            float_d.push(exact);
+            int_d.push(estimate(row_norm(row, scales), scale, dot) as f64 + q2);
+        }
+        let spread = float_d.iter().cloned().fold(0f64, f64::max);
+        for (f, i) in float_d.iter().zip(&int_d) {
+            worst = worst.max((f - i).abs() / spread);
+        }
+        // The 10 nearest by either are the same vectors (up to ties).
+        let top = |d: &[f64]| {
+            let mut ids: Vec<usize> = (0..d.len()).collect();
+            ids.sort_by(|&x, &y| d[x].total_cmp(&d[y]));
+            ids.truncate(10);
+            ids
+        };
+        let (tf, ti) = (top(&float_d), top(&int_d));
+        let shared = tf.iter().filter(|id| ti.contains(id)).count();
+        assert!(
+            shared >= 9,
+            "query {q}: top 10 by the two forms share {shared}"
+        );
+    }
+    assert!(
+        worst < 1e-4,
+        "largest difference {worst} of the distance range"
+    );
+}

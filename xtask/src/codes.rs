@@ -44,13 +44,16 @@ pub struct CodesArgs {
     /// the builder picks for this data, and half and twice it).
     #[arg(long, value_delimiter = ',')]
     widths: Vec<usize>,
-    /// Write codes.json here.
+    /// Write codes.json and codes.png (bytes per vector against the
+    /// candidates needed for recall 0.99) here.
     #[arg(long)]
     out: Option<PathBuf>,
 }
 
 /// Depths at which recall is printed.
 const DEPTHS: [usize; 8] = [10, 20, 40, 80, 160, 320, 640, 1000];
+/// The recall whose rerank depth `codes.png` plots against bytes.
+const PLOT_RECALL: f64 = 0.99;
 /// Deepest rank tracked.
 const MAX_DEPTH: usize = 1000;
 
@@ -127,6 +130,7 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
         DEPTHS.map(|d| format!("{d:>6}")).join("")
     );
     let mut report = Vec::new();
+    let mut plot_points = Vec::new();
     // Each code is built, scored and dropped in turn (a code of 384-d data
     // holds as many floats as the base).
     let mut score = |code: Approx| {
@@ -146,6 +150,14 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
             need(0.95),
             need(0.99)
         );
+        plot_points.push(crate::plot::CodePoint {
+            name: code.name.clone(),
+            bytes_per_vector: code.bytes_per_vector,
+            candidates: curve
+                .iter()
+                .position(|&r| r >= PLOT_RECALL - 1e-12)
+                .map(|i| (i + 1) as f64),
+        });
         report.push(serde_json::json!({
             "code": code.name,
             "bytes_per_vector": code.bytes_per_vector,
@@ -187,6 +199,19 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
             "queries": nq, "codes": report,
         });
         std::fs::write(dir.join("codes.json"), serde_json::to_string_pretty(&json)?)?;
+        let png = dir.join("codes.png");
+        let title = format!(
+            "{}: candidates for recall@10 {PLOT_RECALL} by code",
+            args.data
+        );
+        match crate::plot::codes_png(&png, &title, &plot_points) {
+            Ok(()) => println!(
+                "wrote {} and {}",
+                dir.join("codes.json").display(),
+                png.display()
+            ),
+            Err(e) => println!("wrote {}; no plot: {e:#}", dir.join("codes.json").display()),
+        }
     }
     Ok(())
 }

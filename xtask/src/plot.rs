@@ -120,6 +120,69 @@ pub fn pareto_png(path: &Path, title: &str, series: &[Series]) -> Result<()> {
     Ok(())
 }
 
+/// One compressed code's cost and ranking (`xtask codes`).
+pub struct CodePoint {
+    pub name: String,
+    pub bytes_per_vector: f64,
+    /// Candidates an exact rerank needs after this code's ranking to reach
+    /// the recall of the plot (none: not reached within the depth scored).
+    pub candidates: Option<f64>,
+}
+
+/// Bytes per vector against the candidates needed, both on log axes, one
+/// labelled point per code that reaches the recall (`xtask codes`).
+pub fn codes_png(path: &Path, title: &str, points: &[CodePoint]) -> Result<()> {
+    if !register_font() {
+        tracing::warn!("no TTF font found (install fonts-dejavu-core): the plot has no labels");
+    }
+    let reached: Vec<(&str, f64, f64)> = points
+        .iter()
+        .filter_map(|p| {
+            p.candidates
+                .map(|c| (p.name.as_str(), p.bytes_per_vector, c))
+        })
+        .collect();
+    if reached.is_empty() {
+        return Err(anyhow!("no code reaches the recall: nothing to plot"));
+    }
+    let span = |f: fn(&(&str, f64, f64)) -> f64| {
+        let lo = reached.iter().map(f).fold(f64::INFINITY, f64::min);
+        let hi = reached.iter().map(f).fold(0.0, f64::max);
+        (lo * 0.7)..(hi * 1.6)
+    };
+    let root = BitMapBackend::new(path, (1100, 750)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(span(|p| p.1).log_scale(), span(|p| p.2).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("bytes per vector (log)")
+        .y_desc("candidates reranked for the recall (log)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style(("sans-serif", 16))
+        .draw()?;
+    for &(name, bytes, cands) in &reached {
+        let c = if name.starts_with("pca-int8") {
+            RED
+        } else {
+            BLUE
+        };
+        chart.draw_series(std::iter::once(Circle::new((bytes, cands), 5, c.filled())))?;
+        chart.draw_series(std::iter::once(Text::new(
+            name.to_string(),
+            (bytes * 1.03, cands * 1.03),
+            ("sans-serif", 15).into_font().color(&c),
+        )))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +215,30 @@ mod tests {
         .unwrap();
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn codes_plot_needs_a_code_that_reaches_the_recall() {
+        let dir = std::env::temp_dir().join(format!("octex-codes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.png");
+        let point = |name: &str, bytes: f64, candidates: Option<f64>| CodePoint {
+            name: name.into(),
+            bytes_per_vector: bytes,
+            candidates,
+        };
+        assert!(codes_png(&p, "test", &[point("a", 48.0, None)]).is_err());
+        codes_png(
+            &p,
+            "test",
+            &[
+                point("pca-int8 48", 48.0, Some(11.0)),
+                point("b", 24.0, Some(36.0)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(&std::fs::read(&p).unwrap()[1..4], b"PNG");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -246,7 +246,8 @@ fn cpu_and_gpu_agree() {
 /// queries; 1,056 are enough on an H200) run the narrow build of the search
 /// where its shared memory fits (small S): it agrees with the CPU, and gives
 /// the very ids the 256-thread builds give to the same queries in batches of
-/// 384.
+/// 384, and the 1,024-thread latency build in batches of 100 (at most one
+/// query per multiprocessor on any GPU with 100 or more).
 #[test]
 fn large_batches_agree_between_cpu_and_gpu() {
     let Some(_gpu) = gpu_or_skip("large_batches_agree_between_cpu_and_gpu") else {
@@ -263,6 +264,7 @@ fn large_batches_agree_between_cpu_and_gpu() {
     };
     let mut large = index.gpu(&options(4_096)).unwrap();
     let mut small = index.gpu(&options(384)).unwrap();
+    let mut tiny = index.gpu(&options(100)).unwrap();
     for p in [
         SearchParams {
             read_depth: 8,
@@ -288,6 +290,11 @@ fn large_batches_agree_between_cpu_and_gpu() {
             gpu.ids,
             small.search(&queries, 10, &p).unwrap().ids,
             "{p:?}: the narrow and wide builds disagree"
+        );
+        assert_eq!(
+            gpu.ids,
+            tiny.search(&queries, 10, &p).unwrap().ids,
+            "{p:?}: the narrow and latency builds disagree"
         );
     }
 }

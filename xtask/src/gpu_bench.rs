@@ -22,6 +22,7 @@ fn grid() -> Vec<SearchParams> {
     let sw = [
         (8, 1),
         (16, 1),
+        (24, 1),
         (16, 2),
         (24, 2),
         (32, 2),
@@ -36,7 +37,7 @@ fn grid() -> Vec<SearchParams> {
     let mut g = Vec::new();
     for (s, w) in sw {
         for rerank in [16, 32, 64] {
-            for read_depth in [8, 16] {
+            for read_depth in [8, 12, 16] {
                 g.push(SearchParams {
                     read_depth,
                     start_points: s,

@@ -11,6 +11,11 @@ pub const BLOCK_THREADS: u32 = 256;
 /// work (more queries resident per multiprocessor).
 pub const NARROW_BLOCK_THREADS: u32 = 128;
 
+/// Threads per block of `wave_search_latency`, the build for batches of at
+/// most one query per multiprocessor: each query has a whole multiprocessor,
+/// so it gets as many threads as a block can have.
+pub const LATENCY_BLOCK_THREADS: u32 = 1024;
+
 /// Items per block of the scan and radix-sort kernels (16 per thread).
 pub const SORT_TILE: u32 = 16 * BLOCK_THREADS;
 
@@ -236,7 +241,7 @@ const fn align_up(x: u32, a: u32) -> u32 {
 }
 
 impl SearchSmem {
-    pub const COUNTERS: u32 = 20;
+    pub const COUNTERS: u32 = 9 + LATENCY_BLOCK_THREADS / 32;
 
     pub const fn new(index: &IndexView, batch: &BatchView) -> Self {
         let spilled = batch.scratch_per_query > 0;
@@ -297,10 +302,11 @@ pub const CTR_ROW_ENTRIES: usize = 5;
 pub const CTR_FRESH: usize = 6;
 /// Exact distances computed (work counter).
 pub const CTR_EXACT: usize = 7;
-/// 8 slots (one per warp) for block scans.
-pub const CTR_WARP_SUMS: usize = 8;
 /// The largest `|q_j sigma_j|` of the query (`f32` bits; [`crate::sketch`]).
-pub const CTR_QUERY_AMAX: usize = 16;
+pub const CTR_QUERY_AMAX: usize = 8;
+/// One slot per warp of the largest block (`LATENCY_BLOCK_THREADS / 32`),
+/// for block scans; the last counter slots.
+pub const CTR_WARP_SUMS: usize = 9;
 
 /// Order-preserving map of an `f32` to a `u32` (negative values too): sorting
 /// the `u32`s sorts the floats.

@@ -11,7 +11,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::layout::{BLOCK_THREADS, NARROW_BLOCK_THREADS};
+use crate::layout::{BLOCK_THREADS, LATENCY_BLOCK_THREADS, NARROW_BLOCK_THREADS};
 use crate::{GpuError, PTX};
 
 /// Total memory of device `ordinal` in bytes (a context is created for the
@@ -58,6 +58,11 @@ const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
 /// itself, its latency was 15% longer.
 const NARROW_SEARCH_BLOCKS_PER_SM: u32 = 8;
 
+/// Blocks per multiprocessor of `wave_search_latency`: one block of
+/// `LATENCY_BLOCK_THREADS` threads (64 registers a thread), launched for
+/// batches of at most one query per multiprocessor.
+const LATENCY_SEARCH_BLOCKS_PER_SM: u32 = 1;
+
 /// Add `.maxntid` / `.minnctapersm` (CUDA's `__launch_bounds__`) to one entry
 /// of a PTX module; rustc has no attribute for them.
 pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u32) -> String {
@@ -86,6 +91,7 @@ pub struct Gpu {
     pub(crate) wave_search_spilled: CudaFunction,
     pub(crate) wave_search_dense: CudaFunction,
     pub(crate) wave_search_narrow: CudaFunction,
+    pub(crate) wave_search_latency: CudaFunction,
     pub(crate) fragment_keys: CudaFunction,
     pub(crate) sub_bias: CudaFunction,
     pub(crate) row_sq_norms: CudaFunction,
@@ -98,7 +104,10 @@ pub struct Gpu {
     /// Fewest queries of a `wave_search_narrow` launch (enough blocks for
     /// every multiprocessor).
     pub(crate) narrow_min_batch: u32,
-    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow): one build for every
+    /// Most queries of a `wave_search_latency` launch (one per
+    /// multiprocessor).
+    pub(crate) latency_max_batch: u32,
+    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow, latency): one build for every
     /// launch whose large arrays are in shared memory, whatever its shared
     /// memory or batch size, for measurements (spilled launches keep theirs).
     pub(crate) forced_search_kernel: Option<SearchKernel>,
@@ -113,6 +122,8 @@ pub(crate) enum SearchKernel {
     Dense,
     /// `wave_search_narrow`: `NARROW_BLOCK_THREADS` threads, 8 blocks.
     Narrow,
+    /// `wave_search_latency`: `LATENCY_BLOCK_THREADS` threads, 1 block.
+    Latency,
 }
 
 impl SearchKernel {
@@ -121,9 +132,10 @@ impl SearchKernel {
             "wide" => Some(Self::Wide),
             "dense" => Some(Self::Dense),
             "narrow" => Some(Self::Narrow),
+            "latency" => Some(Self::Latency),
             other => {
                 tracing::warn!(
-                    "OCTEX_GPU_SEARCH_KERNEL={other} is not wide, dense or narrow; ignored"
+                    "OCTEX_GPU_SEARCH_KERNEL={other} is not wide, dense, narrow or latency; ignored"
                 );
                 None
             }
@@ -190,12 +202,19 @@ impl Gpu {
             NARROW_BLOCK_THREADS,
             NARROW_SEARCH_BLOCKS_PER_SM,
         );
+        ptx = with_launch_bounds(
+            &ptx,
+            "wave_search_latency",
+            LATENCY_BLOCK_THREADS,
+            LATENCY_SEARCH_BLOCKS_PER_SM,
+        );
         let module = ctx.load_module(Ptx::from_src(ptx))?;
         let f = |name: &str| module.load_function(name);
         let wave_search = f("wave_search")?;
         let wave_search_spilled = f("wave_search_spilled")?;
         let wave_search_dense = f("wave_search_dense")?;
         let wave_search_narrow = f("wave_search_narrow")?;
+        let wave_search_latency = f("wave_search_latency")?;
         let attribute = |a| ctx.attribute(a).map(|v| v as usize);
         let max_smem = attribute(
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -214,12 +233,14 @@ impl Gpu {
         let multiprocessors =
             attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let narrow_min_batch = multiprocessors as u32 * NARROW_SEARCH_BLOCKS_PER_SM;
+        let latency_max_batch = multiprocessors as u32 * LATENCY_SEARCH_BLOCKS_PER_SM;
         let topk_tile = f("topk_tile")?;
         for func in [
             &wave_search,
             &wave_search_spilled,
             &wave_search_dense,
             &wave_search_narrow,
+            &wave_search_latency,
             &topk_tile,
         ] {
             func.set_attribute(
@@ -250,11 +271,13 @@ impl Gpu {
             wave_search_spilled,
             wave_search_dense,
             wave_search_narrow,
+            wave_search_latency,
             topk_tile,
             max_smem,
             dense_max_smem,
             narrow_max_smem,
             narrow_min_batch,
+            latency_max_batch,
             forced_search_kernel: SearchKernel::from_env(),
         })
     }

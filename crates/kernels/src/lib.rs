@@ -130,6 +130,7 @@ mod tests {
             "wave_search_spilled",
             "wave_search_dense",
             "wave_search_narrow",
+            "wave_search_latency",
             "fragment_keys",
             "sub_bias",
             "row_sq_norms",

@@ -5,7 +5,9 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 
 use crate::device::{cfg_threads, SearchKernel};
-use crate::layout::{BatchView, IndexView, SearchSmem, BLOCK_THREADS, NARROW_BLOCK_THREADS};
+use crate::layout::{
+    BatchView, IndexView, SearchSmem, BLOCK_THREADS, LATENCY_BLOCK_THREADS, NARROW_BLOCK_THREADS,
+};
 use crate::{blocks_for, cfg, Gpu, GpuError, Layout};
 
 impl Gpu {
@@ -51,12 +53,17 @@ impl Gpu {
         // one kernel for each, so that the first uses shared-memory
         // instructions throughout. Of the shared-memory builds, the one with
         // the most blocks per multiprocessor that the shared memory allows;
-        // the narrow one only for batches that fill the device with it.
+        // the narrow one only for batches that fill the device with it, the
+        // latency one for batches of at most one query per multiprocessor
+        // whose rounds have work for its threads (LATENCY_MIN_ROUND_IDS).
         let (function, threads) = if batch.view.scratch_per_query > 0 {
             (&self.wave_search_spilled, BLOCK_THREADS)
         } else {
-            let fitting = if smem <= self.narrow_max_smem && batch.view.nq >= self.narrow_min_batch
-            {
+            let nq = batch.view.nq;
+            let round_ids = SearchSmem::fresh_len(&index.view, &batch.view);
+            let fitting = if nq <= self.latency_max_batch && round_ids >= LATENCY_MIN_ROUND_IDS {
+                SearchKernel::Latency
+            } else if smem <= self.narrow_max_smem && nq >= self.narrow_min_batch {
                 SearchKernel::Narrow
             } else if smem <= self.dense_max_smem {
                 SearchKernel::Dense
@@ -67,6 +74,7 @@ impl Gpu {
                 SearchKernel::Wide => (&self.wave_search, BLOCK_THREADS),
                 SearchKernel::Dense => (&self.wave_search_dense, BLOCK_THREADS),
                 SearchKernel::Narrow => (&self.wave_search_narrow, NARROW_BLOCK_THREADS),
+                SearchKernel::Latency => (&self.wave_search_latency, LATENCY_BLOCK_THREADS),
             }
         };
         let mut b = self.stream.launch_builder(function);
@@ -78,6 +86,15 @@ impl Gpu {
         Ok(())
     }
 }
+
+/// Fewest ids in a query's largest round (the first round's `copies x
+/// read_depth` ripple entries, or a wave's `start_points x row_len` row
+/// entries) for which a batch of at most one query per multiprocessor runs the
+/// 1,024-thread latency build. Measured on synth-1m (H200, batch 100, same
+/// index): with 1,536 ids or fewer it was 5-15% slower than the 256-thread
+/// dense build (more warps at every barrier than the round has work for),
+/// equal at 2,048, and 20-35% faster at 3,072-6,144 (S96-S192, W4).
+const LATENCY_MIN_ROUND_IDS: u32 = 2048;
 
 /// An [`IndexView`] and its copy in device memory (what kernels receive).
 pub struct DeviceIndexView {

@@ -1,7 +1,7 @@
 //! The two distances of the wave search, per vector: the sketch estimate
 //! (an integer dot product of the query's `i16` codes with the vector's int8
 //! row, [`crate::sketch`]) by one thread, and the exact squared L2 distance to
-//! the stored vector (f16 or f32) by one warp.
+//! the stored vector (f16 or f32) by a group of lanes sized to the row.
 //!
 //! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
 
@@ -82,27 +82,66 @@ unsafe fn sketch_group(row: *const u8, codes: *const u32, group: usize, w: usize
     }
 }
 
-/// Exact squared L2 distance of vector `id` to the shared-memory query, by one
-/// warp (every lane returns the sum). Rows whose length allows it are read 16
-/// bytes per lane (8 halves or 4 floats), else 4 bytes, else one value.
+/// Loads each lane of a group issues before it uses the first (one round
+/// trip for a row of up to `32 * EXACT_LOADS` words).
+const EXACT_LOADS: usize = 4;
+
+/// Lanes that compute one exact distance together: the fewest (a power of
+/// two, at most a warp) whose [`EXACT_LOADS`] loads per lane cover a row, so
+/// a warp reranks `32 / lanes` candidates at once. Rows are read 16 bytes per
+/// load (8 halves or 4 floats) where their length allows it, else 4 bytes
+/// (halves of an even dimension), else one value per lane of a whole warp.
+/// Depends on the index only, so it is the same in every build and block.
 #[inline(always)]
-pub(crate) unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, lane: u32) -> f32 {
+pub(crate) fn exact_group_lanes(ix: &IndexView) -> u32 {
+    let dim = ix.dim;
+    let words = if ix.vectors_f16 != 0 {
+        if dim % 8 == 0 {
+            dim / 8
+        } else if dim % 2 == 0 {
+            dim / 2
+        } else {
+            return 32;
+        }
+    } else if dim % 4 == 0 {
+        dim / 4
+    } else {
+        return 32;
+    };
+    words.div_ceil(EXACT_LOADS as u32).next_power_of_two().min(32)
+}
+
+/// Exact squared L2 distance of vector `id` to the shared-memory query, by
+/// the `lanes` lanes of one group ([`exact_group_lanes`]; `lane` is this
+/// lane's place in it). Every lane of the warp calls it (the sum shuffles
+/// across the warp); lanes with `valid` false read nothing, and every lane of
+/// a group returns its group's sum.
+#[inline(always)]
+pub(crate) unsafe fn exact_distance(
+    ix: &IndexView,
+    query: *const f32,
+    id: u32,
+    valid: bool,
+    lane: u32,
+    lanes: u32,
+) -> f32 {
     let dim = ix.dim as usize;
+    let (lane, lanes) = (lane as usize, lanes as usize);
     let mut acc = 0.0f32;
-    // SAFETY: id < n; every index below is < dim; the 16- and 4-byte loads are
-    // aligned because the section is 64-aligned and the row length in bytes is
-    // a multiple of the load width whenever that path is taken.
+    // SAFETY: id < n when valid; every index below is < dim; the 16- and
+    // 4-byte loads are aligned because the section is 64-aligned and the row
+    // length in bytes is a multiple of the load width whenever that path is
+    // taken.
     unsafe {
-        if ix.vectors_f16 != 0 {
+        if !valid {
+        } else if ix.vectors_f16 != 0 {
             let v = (ix.vectors as *const u16).add(id as usize * dim);
             if dim % 8 == 0 {
-                // Up to four 16-byte loads per lane issued before the first
-                // is used (a row of up to 1,024 halves in one round trip).
                 let chunks = dim / 8;
-                let mut first = lane as usize;
+                let mut first = lane;
                 while first < chunks {
                     let load = |k: usize| {
-                        let c = first + 32 * k;
+                        let c = first + lanes * k;
                         if c < chunks {
                             load16_nc(v.add(8 * c) as *const u8)
                         } else {
@@ -111,7 +150,7 @@ pub(crate) unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, 
                     };
                     let (w0, w1, w2, w3) = (load(0), load(1), load(2), load(3));
                     let mut add = |k: usize, words: [u32; 4]| {
-                        let c = first + 32 * k;
+                        let c = first + lanes * k;
                         if c < chunks {
                             for (wi, word) in words.iter().enumerate() {
                                 for h in 0..2 {
@@ -126,25 +165,43 @@ pub(crate) unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, 
                     add(1, w1);
                     add(2, w2);
                     add(3, w3);
-                    first += 4 * 32;
+                    first += EXACT_LOADS * lanes;
                 }
             } else if dim % 2 == 0 {
                 let v32 = v as *const u32;
-                let mut c = lane as usize;
-                while c < dim / 2 {
-                    let word = *v32.add(c);
-                    for h in 0..2 {
-                        let d = *query.add(2 * c + h) - f16_to_f32((word >> (16 * h)) as u16);
-                        acc += d * d;
-                    }
-                    c += 32;
+                let words = dim / 2;
+                let mut first = lane;
+                while first < words {
+                    let load = |k: usize| {
+                        let c = first + lanes * k;
+                        if c < words {
+                            *v32.add(c)
+                        } else {
+                            0
+                        }
+                    };
+                    let (w0, w1, w2, w3) = (load(0), load(1), load(2), load(3));
+                    let mut add = |k: usize, word: u32| {
+                        let c = first + lanes * k;
+                        if c < words {
+                            for h in 0..2 {
+                                let d = *query.add(2 * c + h) - f16_to_f32((word >> (16 * h)) as u16);
+                                acc += d * d;
+                            }
+                        }
+                    };
+                    add(0, w0);
+                    add(1, w1);
+                    add(2, w2);
+                    add(3, w3);
+                    first += EXACT_LOADS * lanes;
                 }
             } else {
-                let mut j = lane as usize;
+                let mut j = lane;
                 while j < dim {
                     let d = *query.add(j) - f16_to_f32(*v.add(j));
                     acc += d * d;
-                    j += 32;
+                    j += lanes;
                 }
             }
         } else {
@@ -152,10 +209,10 @@ pub(crate) unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, 
             if dim % 4 == 0 {
                 // As for halves: four loads per lane in flight.
                 let chunks = dim / 4;
-                let mut first = lane as usize;
+                let mut first = lane;
                 while first < chunks {
                     let load = |k: usize| {
-                        let c = first + 32 * k;
+                        let c = first + lanes * k;
                         if c < chunks {
                             load16_nc(v.add(4 * c) as *const u8)
                         } else {
@@ -164,7 +221,7 @@ pub(crate) unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, 
                     };
                     let (w0, w1, w2, w3) = (load(0), load(1), load(2), load(3));
                     let mut add = |k: usize, words: [u32; 4]| {
-                        let c = first + 32 * k;
+                        let c = first + lanes * k;
                         if c < chunks {
                             for (i, word) in words.iter().enumerate() {
                                 let d = *query.add(4 * c + i) - f32::from_bits(*word);
@@ -176,17 +233,17 @@ pub(crate) unsafe fn exact_distance(ix: &IndexView, query: *const f32, id: u32, 
                     add(1, w1);
                     add(2, w2);
                     add(3, w3);
-                    first += 4 * 32;
+                    first += EXACT_LOADS * lanes;
                 }
             } else {
-                let mut j = lane as usize;
+                let mut j = lane;
                 while j < dim {
                     let d = *query.add(j) - *v.add(j);
                     acc += d * d;
-                    j += 32;
+                    j += lanes;
                 }
             }
         }
-        warp_sum(acc)
+        group_sum(acc, lanes as u32)
     }
 }

@@ -60,11 +60,13 @@ pub unsafe fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(r)
 }
 
+/// Sum of `v` over each aligned group of `lanes` lanes (a power of two up to
+/// 32), returned to every lane of the group.
 #[inline(always)]
-pub unsafe fn warp_sum(mut v: f32) -> f32 {
-    let mut m = 16;
+pub unsafe fn group_sum(mut v: f32, lanes: u32) -> f32 {
+    let mut m = lanes / 2;
     while m > 0 {
-        // SAFETY: called by full warps.
+        // SAFETY: called by full warps; xor with m < lanes stays in the group.
         v += unsafe { shfl_xor_f32(v, m) };
         m >>= 1;
     }

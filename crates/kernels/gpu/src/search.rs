@@ -11,7 +11,7 @@ use crate::e8::decode_e8;
 use crate::key::{EMPTY_KEY, KeyHasher};
 use crate::layout::*;
 use crate::prims::*;
-use crate::distance::{exact_distance, sketch_distance};
+use crate::distance::{exact_distance, exact_group_lanes, sketch_distance};
 use crate::sketch::QueryScale;
 
 /// Key and centre distance of one copy's projection at one spacing: the same
@@ -163,7 +163,8 @@ unsafe fn select_starts<const TH: u32>(
     found.min(s_max)
 }
 
-/// Per-wave rerank: exact distances, one warp per entry, of the best `rerank`
+/// Per-wave rerank: exact distances, one lane group per entry
+/// ([`exact_group_lanes`]), of the best `rerank`
 /// entries of `buf[..nbest]` that have none yet (they are marked
 /// [`EXACT_BIT`] there), appended to the exact list `exact[..nexact]`, which
 /// is then sorted and trimmed to `keep`; returns its length and adds the
@@ -188,7 +189,8 @@ unsafe fn exact_pass<const TH: u32>(
     computed: &mut u32,
 ) -> u32 {
     let t = tid();
-    let (lane, warp) = (t & 31, t >> 5);
+    let lanes = exact_group_lanes(ix);
+    let (lane, group) = (t % lanes, t / lanes);
     // SAFETY: slot is a shared counter; j < nr <= nbest <= the buffer's
     // length; appended entries stay under nexact + rerank <= rerank_len.
     unsafe {
@@ -197,20 +199,21 @@ unsafe fn exact_pass<const TH: u32>(
         }
         sync();
         let nr = rerank.min(nbest);
-        let mut j = warp;
-        while j < nr {
-            let entry = *buf.add(j as usize);
+        // Block-uniform bounds: every lane reaches the group sum's shuffles.
+        let mut first = 0;
+        while first < nr {
+            let j = first + group;
+            let entry = if j < nr { *buf.add(j as usize) } else { 0 };
             let word = entry as u32;
-            if word & EXACT_BIT == 0 {
-                let d = exact_distance(ix, query, word & !EXPANDED_BIT, lane);
-                if lane == 0 {
-                    *buf.add(j as usize) = entry | EXACT_BIT as u64;
-                    let at = add_shared(slot, 1);
-                    *exact.add(at as usize) = candidate(d, word);
-                    *computed += 1;
-                }
+            let todo = j < nr && word & EXACT_BIT == 0;
+            let d = exact_distance(ix, query, word & !EXPANDED_BIT, todo, lane, lanes);
+            if todo && lane == 0 {
+                *buf.add(j as usize) = entry | EXACT_BIT as u64;
+                let at = add_shared(slot, 1);
+                *exact.add(at as usize) = candidate(d, word);
+                *computed += 1;
             }
-            j += TH / 32;
+            first += TH / lanes;
         }
         sync();
         let total = core::ptr::read_volatile(slot);
@@ -397,6 +400,18 @@ pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: *const IndexView, ba
     unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS>(index, batch) }
 }
 
+/// [`wave_search`] with blocks of `LATENCY_BLOCK_THREADS` threads, for
+/// batches of at most one query per multiprocessor (batch 1 and 100 on an
+/// H200): every round, sort and rerank of a query is spread over four times
+/// the threads of the 256-thread builds, which would leave most of each
+/// multiprocessor idle.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn wave_search_latency(index: *const IndexView, batch: *const BatchView) {
+    // SAFETY: the host's contract, as for the body, launched with
+    // LATENCY_BLOCK_THREADS threads.
+    unsafe { wave_search_body::<false, LATENCY_BLOCK_THREADS>(index, batch) }
+}
+
 /// [`wave_search`] for batches that spill (`BatchView::scratch_per_query >
 /// 0`): the large arrays in the global scratch.
 #[unsafe(no_mangle)]
@@ -406,7 +421,7 @@ pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: *const IndexView, b
 }
 
 /// The search of one query per block of `TH` threads (a multiple of 32, at
-/// most `BLOCK_THREADS`: the warp-sum slots). `SPILLED` is a constant so
+/// most `LATENCY_BLOCK_THREADS`: the warp-sum slots). `SPILLED` is a constant so
 /// that, in the shared-memory kernel, every pointer provably points to shared memory
 /// and compiles to shared-memory instructions (a run-time choice made them
 /// generic loads and stores).
@@ -623,23 +638,25 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
             return;
         }
 
-        // Exact rerank of the best R, one warp per candidate (per-wave mode:
+        // Exact rerank of the best R, one lane group per candidate (per-wave mode:
         // of the best R not yet reranked; the answer is the exact list's head).
         let nr = if wave_rerank {
             nexact = exact_pass::<TH>(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
             nexact
         } else {
             let nr = bt.rerank.min(nbest);
-            let (lane, warp) = (t & 31, t >> 5);
-            let mut j = warp;
-            while j < nr {
-                let id = (*buf.add(j as usize) as u32) & !EXPANDED_BIT;
-                let d = exact_distance(&ix, query, id, lane);
-                if lane == 0 {
+            let lanes = exact_group_lanes(&ix);
+            let (lane, group) = (t % lanes, t / lanes);
+            let mut first = 0;
+            while first < nr {
+                let j = first + group;
+                let id = if j < nr { (*buf.add(j as usize) as u32) & !EXPANDED_BIT } else { 0 };
+                let d = exact_distance(&ix, query, id, j < nr, lane, lanes);
+                if j < nr && lane == 0 {
                     *exact.add(j as usize) = candidate(d, id);
                     counts.exact += 1;
                 }
-                j += TH / 32;
+                first += TH / lanes;
             }
             sync();
             sort_block::<TH>(exact, nr);

@@ -246,8 +246,9 @@ fn cpu_and_gpu_agree() {
 /// queries; 1,056 are enough on an H200) run the narrow build of the search
 /// where its shared memory fits (small S): it agrees with the CPU, and gives
 /// the very ids the 256-thread builds give to the same queries in batches of
-/// 384, and the 1,024-thread latency build in batches of 100 (at most one
-/// query per multiprocessor on any GPU with 100 or more).
+/// 384, and in batches of 100 (at most one query per multiprocessor on any
+/// GPU with 100 or more) the 1,024-thread latency build wherever a round has
+/// 2,048 ids or more (here the default S64 and S96, with rows of 32).
 #[test]
 fn large_batches_agree_between_cpu_and_gpu() {
     let Some(_gpu) = gpu_or_skip("large_batches_agree_between_cpu_and_gpu") else {
@@ -281,6 +282,13 @@ fn large_batches_agree_between_cpu_and_gpu() {
             wave_rerank: true,
         },
         SearchParams::default(),
+        SearchParams {
+            read_depth: 16,
+            start_points: 96,
+            waves: 2,
+            rerank: 32,
+            wave_rerank: true,
+        },
     ] {
         let cpu = index.search(&queries, 10, &p).unwrap();
         let gpu = large.search(&queries, 10, &p).unwrap();
@@ -294,7 +302,7 @@ fn large_batches_agree_between_cpu_and_gpu() {
         assert_eq!(
             gpu.ids,
             tiny.search(&queries, 10, &p).unwrap().ids,
-            "{p:?}: the narrow and latency builds disagree"
+            "{p:?}: batches of 2,500 and of 100 disagree"
         );
     }
 }

@@ -206,6 +206,12 @@ unsafe fn exact_pass<const TH: u32>(
             let entry = if j < nr { *buf.add(j as usize) } else { 0 };
             let word = entry as u32;
             let todo = j < nr && word & EXACT_BIT == 0;
+            // Warps whose entries all have their distance skip the group
+            // sum (most of them after the first wave).
+            if ballot(todo) == 0 {
+                first += TH / lanes;
+                continue;
+            }
             let d = exact_distance(ix, query, word & !EXPANDED_BIT, todo, lane, lanes);
             if todo && lane == 0 {
                 *buf.add(j as usize) = entry | EXACT_BIT as u64;

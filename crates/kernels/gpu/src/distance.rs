@@ -134,6 +134,7 @@ pub(crate) unsafe fn exact_distance(
     // taken.
     unsafe {
         if !valid {
+            // No candidate: read nothing, still join the group's sum.
         } else if ix.vectors_f16 != 0 {
             let v = (ix.vectors as *const u16).add(id as usize * dim);
             if dim % 8 == 0 {

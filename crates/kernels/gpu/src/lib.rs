@@ -11,10 +11,14 @@
 //!   round, `W` waves, exact rerank), with the visited set and the candidate
 //!   list in shared memory (`wave_search_dense`: the same body built for four
 //!   blocks per SM; `wave_search_narrow`: blocks of 128 threads, eight per SM,
-//!   for small per-query work in large batches; `wave_search_spilled`: those
-//!   arrays in a global scratch);
+//!   for small per-query work in large batches; `wave_search_latency`: blocks
+//!   of 1,024 threads, one per SM, for batches of at most one query per SM;
+//!   `wave_search_spilled`: those arrays in a global scratch);
 //!   `fragment_keys`, the key and centre distance of every (vector, copy,
 //!   spacing);
+//! - [`fragments`]: the first step of a search, the query's fragment in every
+//!   (copy, spacing): E8 decoding spread over lanes, the key hash, the
+//!   key-table lookup;
 //! - [`distance`]: the search's sketch estimate (`dp2a` over the query's
 //!   int16 codes) and exact distance;
 //! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and
@@ -48,6 +52,7 @@ use octex_core::{e8, key, layout, sketch};
 mod brute;
 mod build;
 mod distance;
+mod fragments;
 mod ivf;
 mod prims;
 mod search;

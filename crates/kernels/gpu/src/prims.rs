@@ -60,6 +60,18 @@ pub unsafe fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
     f32::from_bits(r)
 }
 
+/// `v` of lane `src` of the warp.
+#[inline(always)]
+pub unsafe fn shfl_idx_u32(v: u32, src: u32) -> u32 {
+    let r: u32;
+    // SAFETY: all 32 lanes call it (full mask).
+    unsafe {
+        asm!("shfl.sync.idx.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) r, in(reg32) v, in(reg32) src);
+    }
+    r
+}
+
 /// Sum of `v` over each aligned group of `lanes` lanes (a power of two up to
 /// 32), returned to every lane of the group.
 #[inline(always)]

@@ -7,62 +7,11 @@
 
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 
-use crate::e8::decode_e8;
-use crate::key::{EMPTY_KEY, KeyHasher};
+use crate::fragments::{find_fragments, fragment_key_of};
 use crate::layout::*;
 use crate::prims::*;
 use crate::distance::{exact_distance, exact_group_lanes, sketch_distance};
 use crate::sketch::QueryScale;
-
-/// Key and centre distance of one copy's projection at one spacing: the same
-/// arithmetic as `CopyMap::decode` + `fragment_key`.
-#[inline(always)]
-unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32, blocks: u32) -> (u64, f32) {
-    let mut h = KeyHasher::for_key(8 * blocks as usize);
-    let mut total = 0.0f32;
-    for b in 0..blocks as usize {
-        let o = 8 * b;
-        // SAFETY: z and shift hold 8 * blocks values.
-        let y: [f32; 8] =
-            core::array::from_fn(|i| unsafe { *z.add(o + i) * inv + *shift.add(o + i) });
-        let (p, d) = decode_e8(&y);
-        for i in 0..4 {
-            h.push_pair(p[2 * i], p[2 * i + 1]);
-        }
-        total += d;
-    }
-    (h.finish_key(), total)
-}
-
-/// Fragment ordinal of `key` in the key table of (copy, spacing), if stored.
-#[inline(always)]
-unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
-    // SAFETY: the host validated the tables (bounds of every slot range).
-    unsafe {
-        let e = (ix.tables as *const u64).add(4 * table as usize);
-        let (offset, cap, ripple_base) = (*e, *e.add(1), *e.add(2));
-        if cap == 0 {
-            return None;
-        }
-        let keys = (ix.table_keys as *const u64).add(offset as usize);
-        let slots = (ix.table_slots as *const u32).add(offset as usize);
-        let mask = cap - 1;
-        let mut s = key & mask;
-        let mut probes = 0;
-        while probes < cap {
-            let k = *keys.add(s as usize);
-            if k == key {
-                return Some(ripple_base + *slots.add(s as usize) as u64);
-            }
-            if k == EMPTY_KEY {
-                return None;
-            }
-            s = (s + 1) & mask;
-            probes += 1;
-        }
-        None
-    }
-}
 
 /// Home slot of `id` in a visited set of `mask + 1` slots.
 #[inline(always)]
@@ -489,24 +438,11 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
         }
         // First round: every (copy, spacing) decoded and looked up at once; per
         // copy, the finest spacing whose fragment is stored.
-        let cd = 8 * ix.blocks;
         let nsp = ix.spacings;
         let hits_by_spacing = base.add(lay.hits_by_spacing as usize) as *mut u32;
         let fresh = large.add(lay.fresh as usize) as *mut u32;
         let fresh_count = ctr.add(CTR_FRESH);
-        let mut i = t;
-        while i < ix.copies * nsp {
-            let (c, sp) = (i / nsp, i % nsp);
-            let z = (bt.z as *const f32).add((qi * ix.width + c * cd) as usize);
-            let shift = (ix.shifts as *const f32).add((c * cd) as usize);
-            let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
-            let (key, _) = fragment_key_of(z, shift, inv, ix.blocks);
-            *hits_by_spacing.add(i as usize) = match lookup(&ix, i, key) {
-                Some(frag) => frag as u32,
-                None => u32::MAX,
-            };
-            i += TH;
-        }
+        find_fragments::<TH>(&ix, &bt, qi, hits_by_spacing);
         sync();
         // The query's sketch coordinates times the scales, `a_j`
         // ([`crate::sketch`]): their largest magnitude sets the code step.

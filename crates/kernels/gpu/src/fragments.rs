@@ -1,0 +1,142 @@
+//! The first step of a query's search: its fragment in every (copy,
+//! spacing), as a key (the E8 decoding of the copy's projection, hashed as
+//! the builder hashes it) looked up in that key table.
+//!
+//! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
+
+use crate::e8::decode_e8;
+use crate::key::{EMPTY_KEY, KeyHasher};
+use crate::layout::*;
+use crate::prims::*;
+
+/// Key and centre distance of one copy's projection at one spacing: the same
+/// arithmetic as `CopyMap::decode` + `fragment_key`.
+#[inline(always)]
+pub(crate) unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32, blocks: u32) -> (u64, f32) {
+    let mut h = KeyHasher::for_key(8 * blocks as usize);
+    let mut total = 0.0f32;
+    for b in 0..blocks as usize {
+        let o = 8 * b;
+        // SAFETY: z and shift hold 8 * blocks values.
+        let y: [f32; 8] =
+            core::array::from_fn(|i| unsafe { *z.add(o + i) * inv + *shift.add(o + i) });
+        let (p, d) = decode_e8(&y);
+        for i in 0..4 {
+            h.push_pair(p[2 * i], p[2 * i + 1]);
+        }
+        total += d;
+    }
+    (h.finish_key(), total)
+}
+
+/// Fragment ordinal of `key` in the key table of (copy, spacing), if stored.
+#[inline(always)]
+unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
+    // SAFETY: the host validated the tables (bounds of every slot range).
+    unsafe {
+        let e = (ix.tables as *const u64).add(4 * table as usize);
+        let (offset, cap, ripple_base) = (*e, *e.add(1), *e.add(2));
+        if cap == 0 {
+            return None;
+        }
+        let keys = (ix.table_keys as *const u64).add(offset as usize);
+        let slots = (ix.table_slots as *const u32).add(offset as usize);
+        let mask = cap - 1;
+        let mut s = key & mask;
+        let mut probes = 0;
+        while probes < cap {
+            let k = *keys.add(s as usize);
+            if k == key {
+                return Some(ripple_base + *slots.add(s as usize) as u64);
+            }
+            if k == EMPTY_KEY {
+                return None;
+            }
+            s = (s + 1) & mask;
+            probes += 1;
+        }
+        None
+    }
+}
+
+/// Most E8 blocks per copy whose decoding is spread over the lanes of a group
+/// (one block per lane); copies of more blocks are decoded by one thread.
+const SPREAD_BLOCKS: u32 = 8;
+
+/// `hits[i]` for every (copy, spacing) `i = c * spacings + s` of query `qi`:
+/// the ordinal of the stored fragment its key finds, or `u32::MAX`. Called by
+/// every thread of the block (`TH` of them); no barrier inside.
+///
+/// In blocks of `BLOCK_THREADS` threads or more, each (copy, spacing) takes a
+/// group of lanes, one E8 block each (the decoding is most of a key's serial
+/// work); the points are shuffled to every lane of the group in block order
+/// and hashed there, and the group's first lane looks the key up. Copies of
+/// more than [`SPREAD_BLOCKS`] blocks, and the 128-thread narrow build, take
+/// one thread per (copy, spacing). Measured on synth-1m (H200, same index and
+/// lease, spread in every build against none): the decode-and-lookup phase
+/// 0.28 -> 0.19 ms per 10,000 queries at S64 W3; at batch 10,000 the 256-thread
+/// builds' points (S32-S64) 3-6% faster, the narrow build's (S8-S24) 2-4%
+/// slower (eight blocks per SM hide each other's serial decoding; the shuffles
+/// are extra work); batch-100 latency 5-7% lower at small S.
+///
+/// # Safety
+/// The views are the kernel's; `hits` holds `copies x spacings` values.
+#[inline(always)]
+pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchView, qi: u32, hits: *mut u32) {
+    let t = tid();
+    let cd = 8 * ix.blocks;
+    let nsp = ix.spacings;
+    let items = ix.copies * nsp;
+    // SAFETY: z holds width values per query, shifts cd per copy, the
+    // spacings nsp values; i < items = the length of hits.
+    unsafe {
+        if TH < BLOCK_THREADS || ix.blocks > SPREAD_BLOCKS {
+            let mut i = t;
+            while i < items {
+                let (c, sp) = (i / nsp, i % nsp);
+                let z = (bt.z as *const f32).add((qi * ix.width + c * cd) as usize);
+                let shift = (ix.shifts as *const f32).add((c * cd) as usize);
+                let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
+                let (key, _) = fragment_key_of(z, shift, inv, ix.blocks);
+                *hits.add(i as usize) = lookup(ix, i, key).map_or(u32::MAX, |f| f as u32);
+                i += TH;
+            }
+            return;
+        }
+        // Groups of `lanes` (a power of two dividing 32) never straddle a warp.
+        let lanes = ix.blocks.next_power_of_two();
+        let (b, leader) = (t % lanes, (t & 31) & !(lanes - 1));
+        // Block-uniform bounds: every lane reaches the shuffles.
+        let mut first = 0;
+        while first < items * lanes {
+            let i = (first + t) / lanes;
+            let mut p = [0i32; 8];
+            if i < items && b < ix.blocks {
+                let (c, sp) = (i / nsp, i % nsp);
+                let o = (c * cd + 8 * b) as usize;
+                let z = (bt.z as *const f32).add(qi as usize * ix.width as usize + o);
+                let shift = (ix.shifts as *const f32).add(o);
+                let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
+                let y: [f32; 8] = core::array::from_fn(|k| *z.add(k) * inv + *shift.add(k));
+                p = decode_e8(&y).0;
+            }
+            let mut h = KeyHasher::for_key(cd as usize);
+            for block in 0..SPREAD_BLOCKS {
+                if block < ix.blocks {
+                    let src = leader + block;
+                    let mut q = [0i32; 8];
+                    for k in 0..8 {
+                        q[k] = shfl_idx_u32(p[k] as u32, src) as i32;
+                    }
+                    for k in 0..4 {
+                        h.push_pair(q[2 * k], q[2 * k + 1]);
+                    }
+                }
+            }
+            if b == 0 && i < items {
+                *hits.add(i as usize) = lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);
+            }
+            first += TH;
+        }
+    }
+}

@@ -299,6 +299,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             (&gt, gk),
             &tuned,
             args.repeats,
+            args.quick,
             args.peers,
             &args.out,
         );

@@ -17,8 +17,36 @@ use serde_json::{json, Value};
 use crate::bench::{high_recall_points, machine, median, plot_results};
 use crate::data::{self, Dataset};
 
-/// The GPU sweep: (S, W) pairs, each with several `R` and `r`.
-fn grid() -> Vec<SearchParams> {
+/// The GPU sweep: (S, W) pairs, each with several `R` and `r`; `quick`
+/// (`bench --quick`) keeps 42 points of the middle.
+fn grid(quick: bool) -> Vec<SearchParams> {
+    if quick {
+        // Measurements that compare builds on one index: the points near
+        // recall 0.95-0.995 on the sets of the README, without the high end.
+        let mut g = Vec::new();
+        for (s, w) in [
+            (16, 1),
+            (24, 1),
+            (32, 2),
+            (64, 3),
+            (64, 4),
+            (96, 4),
+            (128, 4),
+        ] {
+            for rerank in [16, 32] {
+                for read_depth in [8, 12, 16] {
+                    g.push(SearchParams {
+                        read_depth,
+                        start_points: s,
+                        waves: w,
+                        rerank,
+                        wave_rerank: false,
+                    });
+                }
+            }
+        }
+        return g;
+    }
     let sw = [
         (8, 1),
         (16, 1),
@@ -165,6 +193,7 @@ pub fn run(
     (gt, gk): (&[i32], usize),
     tuned: &[SearchParams],
     repeats: usize,
+    quick: bool,
     peers: bool,
     out: &std::path::Path,
 ) -> Result<()> {
@@ -184,7 +213,7 @@ pub fn run(
     // transfers of one batch overlap the search of the previous one).
     let streamed: Vec<f32> = queries[..batch * dim].repeat(4);
     let mut points = Vec::new();
-    for p in tuned.iter().copied().chain(grid()) {
+    for p in tuned.iter().copied().chain(grid(quick)) {
         let r = match g.search(&queries[..batch * dim], 10, &p) {
             Ok(r) => r,
             Err(e) => {
@@ -265,15 +294,18 @@ pub fn run(
             wave_rerank: false,
         },
     ] {
-        let c = g.phase_costs(queries, 10, &p, 10)?;
-        println!(
-            "kernel phases at {p:?}, ms per batch of {batch}: projection+init {:.3}, decode+lookup {:.3}, first round {:.3}, waves {:.3}, rerank {:.3}",
-            c[0], c[1], c[2], c[3], c[4]
-        );
-        phase_rows.push(
-            json!({"params": p, "projection_init_ms": c[0], "decode_lookup_ms": c[1],
-            "first_round_ms": c[2], "waves_ms": c[3], "rerank_ms": c[4]}),
-        );
+        // A full batch (throughput) and a batch of 100 (what its latency is made of).
+        for phase_batch in [batch, batch.min(100)] {
+            let c = g.phase_costs(&queries[..phase_batch * dim], 10, &p, 10)?;
+            println!(
+                "kernel phases at {p:?}, ms per batch of {phase_batch}: projection+init {:.3}, decode+lookup {:.3}, first round {:.3}, waves {:.3}, rerank {:.3}",
+                c[0], c[1], c[2], c[3], c[4]
+            );
+            phase_rows.push(
+                json!({"params": p, "batch": phase_batch, "projection_init_ms": c[0], "decode_lookup_ms": c[1],
+                "first_round_ms": c[2], "waves_ms": c[3], "rerank_ms": c[4]}),
+            );
+        }
     }
 
     // Phase times (CUDA events) and CPU parity at the default parameters.

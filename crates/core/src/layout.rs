@@ -108,6 +108,11 @@ pub struct IndexView {
     pub inv_spacings: u64,
     /// `u32` fallback entry points.
     pub seeds: u64,
+    /// `f32` bias of the principal coordinates, `basis_dim` (subtracted from
+    /// `BatchView::pcs`).
+    pub basis_bias: u64,
+    /// `f32` bias of the projections, `width` (subtracted from `BatchView::z`).
+    pub z_bias: u64,
     pub n: u32,
     /// Stored dimension (the rerank vectors').
     pub dim: u32,
@@ -132,9 +137,13 @@ unsafe impl crate::DeviceLayout for IndexView {}
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BatchView {
-    /// `f32` projections into all copies, `nq x width`.
+    /// `f32` projections into all copies, before `IndexView::z_bias` is
+    /// subtracted: `width` per query, rows `z_stride` apart.
     pub z: u64,
-    /// `f32` principal coordinates, bias subtracted, `nq x basis_dim`.
+    /// `f32` principal coordinates, before `IndexView::basis_bias` is
+    /// subtracted: `basis_dim` per query, rows `pcs_stride` apart. When one
+    /// product gives both (`CopyMap::fused_projection`), `pcs` and `z` point
+    /// into the same rows.
     pub pcs: u64,
     /// `f32` queries in the stored space, `nq x dim`.
     pub queries: u64,
@@ -179,6 +188,10 @@ pub struct BatchView {
     /// ...); `0` runs the whole search. Timing the variants gives the cost of
     /// each phase inside the one kernel.
     pub stop_after: u32,
+    /// `f32` values from one query's row of `pcs` to the next's.
+    pub pcs_stride: u32,
+    /// `f32` values from one query's row of `z` to the next's.
+    pub z_stride: u32,
 }
 
 // SAFETY: repr(C), integers, floats and u64 device addresses only.

@@ -107,6 +107,7 @@ pub struct Gpu {
     /// Most queries of a `wave_search_latency` launch (one per
     /// multiprocessor).
     pub(crate) latency_max_batch: u32,
+    multiprocessors: u32,
     /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow, latency): one build for every
     /// launch whose large arrays are in shared memory, whatever its shared
     /// memory or batch size, for measurements (spilled launches keep theirs).
@@ -278,6 +279,7 @@ impl Gpu {
             narrow_max_smem,
             narrow_min_batch,
             latency_max_batch,
+            multiprocessors: multiprocessors as u32,
             forced_search_kernel: SearchKernel::from_env(),
         })
     }
@@ -312,6 +314,12 @@ impl Gpu {
     /// Most dynamic shared memory one block may take.
     pub fn max_shared_memory(&self) -> usize {
         self.max_smem
+    }
+
+    /// Streaming multiprocessors of the device: a launch of at most this many
+    /// blocks runs one block per multiprocessor, whatever its shared memory.
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
     }
 
     /// Copy a host slice to a new device buffer.

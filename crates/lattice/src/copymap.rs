@@ -197,6 +197,33 @@ impl CopyMap {
         faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0f32, par(parallel));
     }
 
+    /// The two projections as one product, for a single matrix multiply per
+    /// batch (the GPU search): the `D x (m + width)` row-major matrix
+    /// `[P | P_c R]` (`P_c`: the first `m_c` principal directions), and the
+    /// bias of its last `width` columns, `(mu^T P)_c R`. A row `x` times the
+    /// matrix, less `[mu^T P | (mu^T P)_c R]`, gives the principal coordinates
+    /// and the projections of [`CopyMap::project_batch`] (up to rounding: the
+    /// product `P_c R` is formed in `f64` once).
+    pub fn fused_projection(&self) -> (Vec<f32>, Vec<f32>) {
+        let (d, m, mc, w) = (self.dim, self.basis_dim, self.rotation_dim(), self.width());
+        let cols = m + w;
+        let mut fused = vec![0f32; d * cols];
+        let rotated = |row: &[f32], j: usize| -> f32 {
+            (0..mc)
+                .map(|t| row[t] as f64 * self.rotation[t * w + j] as f64)
+                .sum::<f64>() as f32
+        };
+        for (i, out) in fused.chunks_exact_mut(cols).enumerate() {
+            let row = &self.basis[i * m..(i + 1) * m];
+            out[..m].copy_from_slice(row);
+            for j in 0..w {
+                out[m + j] = rotated(row, j);
+            }
+        }
+        let bias = (0..w).map(|j| rotated(&self.basis_bias, j)).collect();
+        (fused, bias)
+    }
+
     /// Project `n` row-major vectors (`n x D`) into all copies: `z` is `n x width`;
     /// `pcs` receives the principal coordinates (`n x m`, resized).
     pub fn project_batch(&self, xs: &[f32], pcs: &mut Vec<f32>, z: &mut [f32], parallel: bool) {
@@ -304,6 +331,44 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn fused_projection_matches_the_two_products() {
+        let d = 20;
+        let mean: Vec<f32> = (0..d).map(|i| 3.0 + i as f32 * 0.5).collect();
+        let basis = random_orthonormal(d, 12, &mut GaussianRng::new(3, 0));
+        let p = CopyMapParams {
+            copies: 3,
+            blocks: 1,
+            seed: 7,
+        };
+        let map = CopyMap::random(&mean, &basis, 12, 10, 0.8, &p, vec![1.0, 2.0]);
+        let mut rng = GaussianRng::new(9, 0);
+        let n = 5;
+        let xs: Vec<f32> = (0..n * d)
+            .map(|i| mean[i % d] + rng.normal() as f32)
+            .collect();
+        let (mut pcs, mut z) = (Vec::new(), vec![0f32; n * map.width()]);
+        map.project_batch(&xs, &mut pcs, &mut z, false);
+        let (fused, bias) = map.fused_projection();
+        let (m, w) = (map.basis_dim, map.width());
+        for (r, x) in xs.chunks_exact(d).enumerate() {
+            for j in 0..m + w {
+                let raw: f64 = (0..d)
+                    .map(|i| x[i] as f64 * fused[i * (m + w) + j] as f64)
+                    .sum();
+                let (got, want) = if j < m {
+                    (raw - map.basis_bias[j] as f64, pcs[r * m + j])
+                } else {
+                    (raw - bias[j - m] as f64, z[r * w + j - m])
+                };
+                assert!(
+                    (got - want as f64).abs() < 1e-3,
+                    "row {r} column {j}: {got} against {want}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -117,8 +117,8 @@ impl Index {
         let dev = DeviceIndex::upload(&gpu, self)?;
         let max_batch = opts.max_batch.max(1);
         let slots = vec![
-            Slot::new(&gpu, &dev.view.view, max_batch, 16)?,
-            Slot::new(&gpu, &dev.view.view, max_batch, 16)?,
+            Slot::new(&gpu, &dev, max_batch, 16)?,
+            Slot::new(&gpu, &dev, max_batch, 16)?,
         ];
         let copy_stream = gpu.new_stream()?;
         gpu.synchronize()?;
@@ -160,9 +160,10 @@ impl GpuSearcher {
         self.dev.bytes
     }
 
-    /// Shared memory one query's block needs with these parameters, and the
-    /// global scratch per query when its large arrays spill there (0 when they
-    /// fit in shared memory).
+    /// Shared memory one query's block needs with these parameters in a full
+    /// batch, and the global scratch per query when its large arrays spill
+    /// there (0 when they fit in shared memory). Batches of at most one query
+    /// per multiprocessor may give the visited set more of the shared memory.
     pub fn memory_per_query(
         &mut self,
         k: usize,
@@ -172,7 +173,7 @@ impl GpuSearcher {
         let v = batch_view(
             &self.dev.view.view,
             &mut self.slots[0].buffers,
-            1,
+            self.max_batch,
             self.max_batch,
             &plan,
             &self.gpu,
@@ -234,7 +235,7 @@ impl GpuSearcher {
             self.graphs.clear();
             let cap = k.next_power_of_two();
             for slot in &mut self.slots {
-                *slot = Slot::new(&self.gpu, &self.dev.view.view, self.max_batch, cap)?;
+                *slot = Slot::new(&self.gpu, &self.dev, self.max_batch, cap)?;
             }
         }
         Ok(())

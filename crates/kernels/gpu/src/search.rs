@@ -447,7 +447,12 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const Ind
         // The query's sketch coordinates times the scales, `a_j`
         // ([`crate::sketch`]): their largest magnitude sets the code step.
         let sketch_a = |j: u32| {
-            let pc = if j < m { *(bt.pcs as *const f32).add((qi * m + j) as usize) } else { 0.0 };
+            let pc = if j < m {
+                *(bt.pcs as *const f32).add((qi * bt.pcs_stride + j) as usize)
+                    - *(ix.basis_bias as *const f32).add(j as usize)
+            } else {
+                0.0
+            };
             pc * *(ix.sketch_scales as *const f32).add(j as usize)
         };
         let mut amax = 0.0f32;
@@ -675,7 +680,7 @@ pub unsafe extern "ptx-kernel" fn fragment_keys(
         let zc = z.add(v as usize * ix.width as usize + (c * cd) as usize);
         let shift = (ix.shifts as *const f32).add((c * cd) as usize);
         let inv = *(ix.inv_spacings as *const f32).add(s as usize);
-        let (k, d) = fragment_key_of(zc, shift, inv, ix.blocks);
+        let (k, d) = fragment_key_of(zc, None, shift, inv, ix.blocks);
         *keys.add(g as usize) = k;
         *dists.add(g as usize) = d;
     }

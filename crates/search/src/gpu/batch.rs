@@ -8,14 +8,17 @@ use octex_kernels::layout::{
 };
 use octex_kernels::{device_address, DeviceBatchView, Gpu, GpuError};
 
-use super::device_index::DeviceIndex;
+use super::device_index::{DeviceIndex, Projection};
 use crate::SearchPlan;
 
 /// Per-batch device buffers, sized for `max_batch` queries and `k_cap` results.
 pub(super) struct BatchBuffers {
     pub queries: CudaSlice<f32>,
+    /// Principal coordinates (with the projections after them when one
+    /// product gives both), `Projection::pcs_stride` per query ([`project`]).
     pub pcs: CudaSlice<f32>,
-    pub z: CudaSlice<f32>,
+    /// Projections, `width` per query, when a second product gives them.
+    pub z: Option<CudaSlice<f32>>,
     pub ids: CudaSlice<u32>,
     pub dists: CudaSlice<f32>,
     pub stats: CudaSlice<u64>,
@@ -28,15 +31,20 @@ pub(super) struct BatchBuffers {
 impl BatchBuffers {
     pub(super) fn new(
         gpu: &Gpu,
-        index: &IndexView,
+        dev: &DeviceIndex,
         max_batch: usize,
         k_cap: usize,
     ) -> Result<Self, GpuError> {
         let n = max_batch;
+        let index = &dev.view.view;
+        let z = match dev.projection {
+            Projection::Fused(_) => None,
+            Projection::TwoProducts { .. } => Some(gpu.zeros(n * index.width as usize)?),
+        };
         Ok(Self {
             queries: gpu.zeros(n * index.dim as usize)?,
-            pcs: gpu.zeros(n * index.basis_dim as usize)?,
-            z: gpu.zeros(n * index.width as usize)?,
+            pcs: gpu.zeros(n * dev.projection.pcs_stride(index) as usize)?,
+            z,
             ids: gpu.zeros(n * k_cap)?,
             dists: gpu.zeros(n * k_cap)?,
             stats: gpu.zeros(STAT_SLOTS)?,
@@ -65,6 +73,11 @@ pub(super) fn batch_view(
     let r = plan.read_depth as u32;
     let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
     let keep = plan.keep as u32;
+    // The buffers' form of the projection ([`Projection::pcs_stride`]).
+    let pcs_stride = match b.z {
+        Some(_) => ix.basis_dim,
+        None => ix.basis_dim + ix.width,
+    };
     let first = ix.copies * r + ix.n_seeds;
     // The block sort takes any length: no rounding to a power of two.
     let buf_len = first.max(keep + start_points * row_len);
@@ -75,12 +88,24 @@ pub(super) fn batch_view(
     // of a load-0.5 table (more blocks per SM). Measured (distinct ids per
     // slot, H200 benches): 0.2-0.3 at S >= 32, up to 0.65 at S8 W1 with r16,
     // where the first round's ripple heads are most of the entries and few
-    // recur. A full set drops ids.
-    let hash_slots = entries.next_power_of_two().clamp(64, MAX_HASH_SLOTS);
+    // recur. A full set drops ids. Small batches take more slots per entry
+    // ([`visited_slots_per_entry`]) where the shared memory has room.
+    let slots = |per_entry: u32| {
+        entries
+            .saturating_mul(per_entry)
+            .next_power_of_two()
+            .clamp(64, MAX_HASH_SLOTS)
+    };
+    let per_entry = visited_slots_per_entry(nq, s);
     let st = s.stream();
     let mut view = BatchView {
-        z: device_address(&b.z, st),
+        z: match &b.z {
+            Some(z) => device_address(z, st),
+            None => device_address(&b.pcs, st) + 4 * ix.basis_dim as u64,
+        },
         pcs: device_address(&b.pcs, st),
+        pcs_stride,
+        z_stride: if b.z.is_some() { ix.width } else { pcs_stride },
         queries: device_address(&b.queries, st),
         out_ids: device_address(&b.ids, st),
         out_dists: device_address(&b.dists, st),
@@ -93,7 +118,7 @@ pub(super) fn batch_view(
         waves,
         rerank: p.rerank as u32,
         keep,
-        hash_slots,
+        hash_slots: slots(per_entry),
         buf_len,
         // Per-wave rerank sorts the exact list (at most `keep`) with one
         // pass's new entries (at most `R`).
@@ -106,6 +131,9 @@ pub(super) fn batch_view(
         scratch_per_query: 0,
         stop_after: 0,
     };
+    if per_entry > 1 && SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
+        view.hash_slots = slots(1);
+    }
     if SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
         view.hash_slots = entries.next_power_of_two().clamp(64, MAX_SPILL_HASH_SLOTS);
         view.scratch_per_query = 1;
@@ -122,8 +150,44 @@ pub(super) fn batch_view(
     Ok(view)
 }
 
-/// The two products and the bias subtraction that project a batch: principal
-/// coordinates `pcs = q P - mu P`, then all copies `z = pcs[.., ..m_c] R`.
+/// Visited-set slots per entry a query may read when the batch has at most
+/// one query per multiprocessor ([`visited_slots_per_entry`]).
+const SPARE_SMEM_SLOTS_PER_ENTRY: u32 = 4;
+
+/// Visited-set slots per entry a query of a batch of `nq` may read (before
+/// rounding up to a power of two). One for large batches, where the set's
+/// shared memory limits the blocks per multiprocessor. Batches of at most one
+/// query per multiprocessor run one block per multiprocessor whatever its
+/// shared memory, so there the set takes [`SPARE_SMEM_SLOTS_PER_ENTRY`] and
+/// its linear probes stay short: at one slot per entry, rounding up to a
+/// power of two leaves some shapes with a set three-quarters full (GloVe-50,
+/// C = 128, r = 12, S = 8: 2,048 slots for 1,546 distinct ids), and their
+/// batch-100 latency was 1.3-1.7 times that of r = 16, which reads more
+/// entries into a set of twice the slots.
+/// `OCTEX_GPU_VISITED_SLOTS_PER_ENTRY` sets it for every batch, for
+/// measurements.
+fn visited_slots_per_entry(nq: usize, gpu: &Gpu) -> u32 {
+    static FORCED: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        let v = std::env::var("OCTEX_GPU_VISITED_SLOTS_PER_ENTRY").ok()?;
+        let parsed = v.parse::<u32>().ok().filter(|f| (1..=64).contains(f));
+        if parsed.is_none() {
+            tracing::warn!(
+                "OCTEX_GPU_VISITED_SLOTS_PER_ENTRY={v} is not a number from 1 to 64; ignored"
+            );
+        }
+        parsed
+    });
+    match forced {
+        Some(f) => *f,
+        None if nq <= gpu.multiprocessors() as usize => SPARE_SMEM_SLOTS_PER_ENTRY,
+        None => 1,
+    }
+}
+
+/// The projection of a batch ([`Projection`]): the principal coordinates and
+/// the projections into all copies, both before their biases (the search
+/// kernel subtracts them, so no kernel runs between the products).
 pub(super) fn project(
     g: &Gpu,
     dev: &DeviceIndex,
@@ -132,26 +196,44 @@ pub(super) fn project(
 ) -> Result<(), GpuError> {
     let ix = &dev.view.view;
     let (dim, m, width) = (ix.dim as usize, ix.basis_dim as usize, ix.width as usize);
-    let mc = dev.rotation.len() / width.max(1);
-    g.matmul(
-        &b.queries.slice(..nq * dim),
-        dim,
-        &dev.basis.slice(..),
-        m,
-        &mut b.pcs.slice_mut(..nq * m),
-        m,
-        (nq, dim, m),
-    )?;
-    g.sub_bias(&mut b.pcs.slice_mut(..nq * m), nq, &dev.basis_bias)?;
-    g.matmul(
-        &b.pcs.slice(..nq * m),
-        m,
-        &dev.rotation.slice(..),
-        width,
-        &mut b.z.slice_mut(..nq * width),
-        width,
-        (nq, mc, width),
-    )
+    match (&dev.projection, &mut b.z) {
+        (Projection::Fused(matrix), _) => {
+            let cols = m + width;
+            g.matmul(
+                &b.queries.slice(..nq * dim),
+                dim,
+                &matrix.slice(..),
+                cols,
+                &mut b.pcs.slice_mut(..nq * cols),
+                cols,
+                (nq, dim, cols),
+            )
+        }
+        (Projection::TwoProducts { basis, rotation }, Some(z)) => {
+            let mc = rotation.len() / width.max(1);
+            g.matmul(
+                &b.queries.slice(..nq * dim),
+                dim,
+                &basis.slice(..),
+                m,
+                &mut b.pcs.slice_mut(..nq * m),
+                m,
+                (nq, dim, m),
+            )?;
+            g.matmul(
+                &b.pcs.slice(..nq * m),
+                m,
+                &rotation.slice(..),
+                width,
+                &mut z.slice_mut(..nq * width),
+                width,
+                (nq, mc, width),
+            )
+        }
+        (Projection::TwoProducts { .. }, None) => Err(GpuError::Unsupported(
+            "internal: a two-product projection without its buffer".into(),
+        )),
+    }
 }
 
 /// Capture projection and search of one batch shape as a CUDA graph.

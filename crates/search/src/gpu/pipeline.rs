@@ -8,6 +8,7 @@ use octex_kernels::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
 use super::batch::{batch_view, capture, project, BatchBuffers};
+use super::device_index::DeviceIndex;
 use super::{GpuSearcher, MAX_GRAPHS};
 use crate::{SearchError, SearchPlan, SearchStats};
 use octex_kernels::layout::{
@@ -34,13 +35,14 @@ pub(super) struct Slot {
 impl Slot {
     pub fn new(
         gpu: &octex_kernels::Gpu,
-        ix: &octex_kernels::layout::IndexView,
+        dev: &DeviceIndex,
         max_batch: usize,
         k_cap: usize,
     ) -> Result<Self, GpuError> {
         let ctx = gpu.context();
+        let ix = &dev.view.view;
         Ok(Self {
-            buffers: BatchBuffers::new(gpu, ix, max_batch, k_cap)?,
+            buffers: BatchBuffers::new(gpu, dev, max_batch, k_cap)?,
             queries: PinnedBuf::new(ctx, max_batch * ix.dim as usize, true)?,
             ids: PinnedBuf::new(ctx, max_batch * k_cap, false)?,
             dists: PinnedBuf::new(ctx, max_batch * k_cap, false)?,

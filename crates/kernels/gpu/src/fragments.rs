@@ -91,17 +91,28 @@ const SPREAD_BLOCKS: u32 = 8;
 /// the ordinal of the stored fragment its key finds, or `u32::MAX`. Called by
 /// every thread of the block (`TH` of them); no barrier inside.
 ///
-/// In blocks of `BLOCK_THREADS` threads or more, each (copy, spacing) takes a
-/// group of lanes, one E8 block each (the decoding is most of a key's serial
-/// work); the points are shuffled to every lane of the group in block order
-/// and hashed there, and the group's first lane looks the key up. Copies of
-/// more than [`SPREAD_BLOCKS`] blocks, and the 128-thread narrow build, take
-/// one thread per (copy, spacing). Measured on synth-1m (H200, same index and
-/// lease, spread in every build against none): the decode-and-lookup phase
-/// 0.28 -> 0.19 ms per 10,000 queries at S64 W3; at batch 10,000 the 256-thread
-/// builds' points (S32-S64) 3-6% faster, the narrow build's (S8-S24) 2-4%
-/// slower (eight blocks per SM hide each other's serial decoding; the shuffles
-/// are extra work); batch-100 latency 5-7% lower at small S.
+/// When one pass of the block covers every (copy, spacing) with a group of
+/// lanes each (`copies x spacings x lanes <= TH`, `lanes` the blocks per copy
+/// rounded up to a power of two), each takes such a group, one E8 block per
+/// lane (the decoding is most of a key's serial work); the points are
+/// shuffled to every lane of the group in block order and hashed there, and
+/// the group's first lane looks the key up. Otherwise, and for copies of more
+/// than [`SPREAD_BLOCKS`] blocks, one thread per (copy, spacing): spreading
+/// would take several passes, each with the shuffles and the hashing on every
+/// lane, where one pass of the serial decoding keeps the block busy.
+/// Measured (H200, batch 10,000 unless said):
+/// - synth-1m, C = 32 (64 pairs; same index and lease, spread in every build
+///   against none): the 256-thread builds (one pass) 3-6% faster at S32-S64,
+///   the decode-and-lookup phase 0.28 -> 0.19 ms at S64 W3; the 128-thread
+///   narrow build (two passes) 2-4% slower; batch-100 latency (the 1,024-thread
+///   build) 5-7% lower at small S;
+/// - GloVe-50, C = 128 (256 pairs; same index and lease, this rule against
+///   the spread in every 256- and 1,024-thread build, two runs each): the
+///   256-thread builds (four passes when spread) decode and look up in 0.69
+///   ms per batch at S64 W3 instead of 0.89, and the 42 points of the quick
+///   grid are 2.4% faster (median; 4-5% at S64), batch-100 latency unchanged
+///   (the 1,024-thread build spreads in one pass either way); synth-1m's
+///   points unchanged (-0.1%).
 ///
 /// # Safety
 /// The views are the kernel's; `hits` holds `copies x spacings` values.
@@ -115,7 +126,8 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
     // bias and the shifts width values, the spacings nsp values; i < items =
     // the length of hits.
     unsafe {
-        if TH < BLOCK_THREADS || ix.blocks > SPREAD_BLOCKS {
+        let lanes = ix.blocks.next_power_of_two();
+        if ix.blocks > SPREAD_BLOCKS || items * lanes > TH {
             let mut i = t;
             while i < items {
                 let (c, sp) = (i / nsp, i % nsp);
@@ -130,7 +142,6 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
             return;
         }
         // Groups of `lanes` (a power of two dividing 32) never straddle a warp.
-        let lanes = ix.blocks.next_power_of_two();
         let (b, leader) = (t % lanes, (t & 31) & !(lanes - 1));
         // Block-uniform bounds: every lane reaches the shuffles.
         let mut first = 0;

@@ -111,8 +111,11 @@ pub struct IndexView {
     /// `f32` bias of the principal coordinates, `basis_dim` (subtracted from
     /// `BatchView::pcs`).
     pub basis_bias: u64,
-    /// `f32` bias of the projections, `width` (subtracted from `BatchView::z`).
-    pub z_bias: u64,
+    /// `f32` shifts of the search, `spacings x width`: at spacing `s`, `shift
+    /// - b * inv_s` (`b`: the projections' bias, which `BatchView::z` still
+    /// holds), so that `z * inv_s + search_shifts[s]` is the builder's
+    /// `(z - b) * inv_s + shift` without a load of the bias.
+    pub search_shifts: u64,
     pub n: u32,
     /// Stored dimension (the rerank vectors').
     pub dim: u32,
@@ -137,8 +140,9 @@ unsafe impl crate::DeviceLayout for IndexView {}
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BatchView {
-    /// `f32` projections into all copies, before `IndexView::z_bias` is
-    /// subtracted: `width` per query, rows `z_stride` apart.
+    /// `f32` projections into all copies, before their bias is subtracted
+    /// (`IndexView::search_shifts` holds it): `width` per query, rows
+    /// `z_stride` apart.
     pub z: u64,
     /// `f32` principal coordinates, before `IndexView::basis_bias` is
     /// subtracted: `basis_dim` per query, rows `pcs_stride` apart. When one

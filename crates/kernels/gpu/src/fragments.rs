@@ -9,41 +9,17 @@ use crate::key::{EMPTY_KEY, KeyHasher};
 use crate::layout::*;
 use crate::prims::*;
 
-/// One copy's coordinates at one spacing, before decoding: `(z - bias) * inv
-/// + shift` for the 8 values from `o` (`bias`: none when `z` has it
-/// subtracted already).
-///
-/// # Safety
-/// `z`, `shift` and `bias` (if any) hold at least `o + 8` values.
-#[inline(always)]
-unsafe fn lattice_point(z: *const f32, bias: Option<*const f32>, shift: *const f32, inv: f32, o: usize) -> [f32; 8] {
-    // SAFETY: the caller's contract.
-    core::array::from_fn(|i| unsafe {
-        let zi = match bias {
-            Some(b) => *z.add(o + i) - *b.add(o + i),
-            None => *z.add(o + i),
-        };
-        zi * inv + *shift.add(o + i)
-    })
-}
-
 /// Key and centre distance of one copy's projection at one spacing: the same
-/// arithmetic as `CopyMap::decode` + `fragment_key` (`bias`, if any, is
-/// subtracted from `z` first).
+/// arithmetic as `CopyMap::decode` + `fragment_key` (`y = z * inv + shift`).
 #[inline(always)]
-pub(crate) unsafe fn fragment_key_of(
-    z: *const f32,
-    bias: Option<*const f32>,
-    shift: *const f32,
-    inv: f32,
-    blocks: u32,
-) -> (u64, f32) {
+pub(crate) unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32, blocks: u32) -> (u64, f32) {
     let mut h = KeyHasher::for_key(8 * blocks as usize);
     let mut total = 0.0f32;
     for b in 0..blocks as usize {
         let o = 8 * b;
-        // SAFETY: z, bias and shift hold 8 * blocks values.
-        let y = unsafe { lattice_point(z, bias, shift, inv, o) };
+        // SAFETY: z and shift hold 8 * blocks values.
+        let y: [f32; 8] =
+            core::array::from_fn(|i| unsafe { *z.add(o + i) * inv + *shift.add(o + i) });
         let (p, d) = decode_e8(&y);
         for i in 0..4 {
             h.push_pair(p[2 * i], p[2 * i + 1]);
@@ -122,8 +98,8 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
     let cd = 8 * ix.blocks;
     let nsp = ix.spacings;
     let items = ix.copies * nsp;
-    // SAFETY: z holds width values per query (rows z_stride apart), its
-    // bias and the shifts width values, the spacings nsp values; i < items =
+    // SAFETY: z holds width values per query (rows z_stride apart), the
+    // search shifts nsp x width values, the spacings nsp values; i < items =
     // the length of hits.
     unsafe {
         let lanes = ix.blocks.next_power_of_two();
@@ -132,10 +108,9 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
             while i < items {
                 let (c, sp) = (i / nsp, i % nsp);
                 let z = (bt.z as *const f32).add((qi * bt.z_stride + c * cd) as usize);
-                let bias = (ix.z_bias as *const f32).add((c * cd) as usize);
-                let shift = (ix.shifts as *const f32).add((c * cd) as usize);
+                let shift = (ix.search_shifts as *const f32).add((sp * ix.width + c * cd) as usize);
                 let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
-                let (key, _) = fragment_key_of(z, Some(bias), shift, inv, ix.blocks);
+                let (key, _) = fragment_key_of(z, shift, inv, ix.blocks);
                 *hits.add(i as usize) = lookup(ix, i, key).map_or(u32::MAX, |f| f as u32);
                 i += TH;
             }
@@ -151,9 +126,10 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
             if i < items && b < ix.blocks {
                 let (c, sp) = (i / nsp, i % nsp);
                 let o = (c * cd + 8 * b) as usize;
-                let z = (bt.z as *const f32).add(qi as usize * bt.z_stride as usize);
+                let z = (bt.z as *const f32).add(qi as usize * bt.z_stride as usize + o);
+                let shift = (ix.search_shifts as *const f32).add((sp * ix.width) as usize + o);
                 let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
-                let y = lattice_point(z, Some(ix.z_bias as *const f32), ix.shifts as *const f32, inv, o);
+                let y: [f32; 8] = core::array::from_fn(|k| *z.add(k) * inv + *shift.add(k));
                 p = decode_e8(&y).0;
             }
             let mut h = KeyHasher::for_key(cd as usize);

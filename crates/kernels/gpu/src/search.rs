@@ -680,7 +680,7 @@ pub unsafe extern "ptx-kernel" fn fragment_keys(
         let zc = z.add(v as usize * ix.width as usize + (c * cd) as usize);
         let shift = (ix.shifts as *const f32).add((c * cd) as usize);
         let inv = *(ix.inv_spacings as *const f32).add(s as usize);
-        let (k, d) = fragment_key_of(zc, None, shift, inv, ix.blocks);
+        let (k, d) = fragment_key_of(zc, shift, inv, ix.blocks);
         *keys.add(g as usize) = k;
         *dists.add(g as usize) = d;
     }

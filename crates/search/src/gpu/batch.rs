@@ -187,7 +187,7 @@ fn visited_slots_per_entry(nq: usize, gpu: &Gpu) -> u32 {
 
 /// The projection of a batch ([`Projection`]): the principal coordinates and
 /// the projections into all copies, both before their biases (the search
-/// kernel subtracts them, so no kernel runs between the products).
+/// kernel accounts for them, so no kernel runs between the products).
 pub(super) fn project(
     g: &Gpu,
     dev: &DeviceIndex,

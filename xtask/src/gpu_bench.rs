@@ -17,14 +17,32 @@ use serde_json::{json, Value};
 use crate::bench::{high_recall_points, machine, median, plot_results};
 use crate::data::{self, Dataset};
 
+/// Every (S, W) pair with every rerank depth `R` and read depth `r` given.
+fn sweep(sw: &[(usize, usize)], reranks: &[usize], read_depths: &[usize]) -> Vec<SearchParams> {
+    let mut g = Vec::new();
+    for &(start_points, waves) in sw {
+        for &rerank in reranks {
+            for &read_depth in read_depths {
+                g.push(SearchParams {
+                    read_depth,
+                    start_points,
+                    waves,
+                    rerank,
+                    wave_rerank: false,
+                });
+            }
+        }
+    }
+    g
+}
+
 /// The GPU sweep: (S, W) pairs, each with several `R` and `r`; `quick`
 /// (`bench --quick`) keeps 42 points of the middle.
 fn grid(quick: bool) -> Vec<SearchParams> {
     if quick {
         // Measurements that compare builds on one index: the points near
         // recall 0.95-0.995 on the sets of the README, without the high end.
-        let mut g = Vec::new();
-        for (s, w) in [
+        let sw = [
             (16, 1),
             (24, 1),
             (32, 2),
@@ -32,20 +50,8 @@ fn grid(quick: bool) -> Vec<SearchParams> {
             (64, 4),
             (96, 4),
             (128, 4),
-        ] {
-            for rerank in [16, 32] {
-                for read_depth in [8, 12, 16] {
-                    g.push(SearchParams {
-                        read_depth,
-                        start_points: s,
-                        waves: w,
-                        rerank,
-                        wave_rerank: false,
-                    });
-                }
-            }
-        }
-        return g;
+        ];
+        return sweep(&sw, &[16, 32], &[8, 12, 16]);
     }
     let sw = [
         (8, 1),
@@ -62,20 +68,7 @@ fn grid(quick: bool) -> Vec<SearchParams> {
         (128, 4),
         (128, 5),
     ];
-    let mut g = Vec::new();
-    for (s, w) in sw {
-        for rerank in [16, 32, 64] {
-            for read_depth in [8, 12, 16] {
-                g.push(SearchParams {
-                    read_depth,
-                    start_points: s,
-                    waves: w,
-                    rerank,
-                    wave_rerank: false,
-                });
-            }
-        }
-    }
+    let mut g = sweep(&sw, &[16, 32, 64], &[8, 12, 16]);
     // The high-recall end (the paper's sizes: S up to 512, W up to 6, R 128
     // to 256 reranked once or in every wave); large S spills the per-query
     // arrays to global memory.

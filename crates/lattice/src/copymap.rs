@@ -197,31 +197,40 @@ impl CopyMap {
         faer::linalg::matmul::matmul(c, faer::Accum::Replace, a, b, 1.0f32, par(parallel));
     }
 
+    /// `(mu^T P)_c R` (length `width`): the bias of the projections that the
+    /// principal coordinates before their bias give (`x P_c R` less this is
+    /// [`CopyMap::project_batch`]'s `z`).
+    pub fn projection_bias(&self) -> Vec<f32> {
+        let (mc, w) = (self.rotation_dim(), self.width());
+        (0..w)
+            .map(|j| {
+                (0..mc)
+                    .map(|t| self.basis_bias[t] as f64 * self.rotation[t * w + j] as f64)
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    }
+
     /// The two projections as one product, for a single matrix multiply per
     /// batch (the GPU search): the `D x (m + width)` row-major matrix
-    /// `[P | P_c R]` (`P_c`: the first `m_c` principal directions), and the
-    /// bias of its last `width` columns, `(mu^T P)_c R`. A row `x` times the
-    /// matrix, less `[mu^T P | (mu^T P)_c R]`, gives the principal coordinates
-    /// and the projections of [`CopyMap::project_batch`] (up to rounding: the
-    /// product `P_c R` is formed in `f64` once).
-    pub fn fused_projection(&self) -> (Vec<f32>, Vec<f32>) {
+    /// `[P | P_c R]` (`P_c`: the first `m_c` principal directions). A row `x`
+    /// times it, less `[mu^T P | projection_bias]`, gives the principal
+    /// coordinates and the projections of [`CopyMap::project_batch`] (up to
+    /// rounding: the product `P_c R` is formed in `f64` once).
+    pub fn fused_projection(&self) -> Vec<f32> {
         let (d, m, mc, w) = (self.dim, self.basis_dim, self.rotation_dim(), self.width());
         let cols = m + w;
         let mut fused = vec![0f32; d * cols];
-        let rotated = |row: &[f32], j: usize| -> f32 {
-            (0..mc)
-                .map(|t| row[t] as f64 * self.rotation[t * w + j] as f64)
-                .sum::<f64>() as f32
-        };
         for (i, out) in fused.chunks_exact_mut(cols).enumerate() {
             let row = &self.basis[i * m..(i + 1) * m];
             out[..m].copy_from_slice(row);
             for j in 0..w {
-                out[m + j] = rotated(row, j);
+                out[m + j] = (0..mc)
+                    .map(|t| row[t] as f64 * self.rotation[t * w + j] as f64)
+                    .sum::<f64>() as f32;
             }
         }
-        let bias = (0..w).map(|j| rotated(&self.basis_bias, j)).collect();
-        (fused, bias)
+        fused
     }
 
     /// Project `n` row-major vectors (`n x D`) into all copies: `z` is `n x width`;
@@ -351,7 +360,7 @@ mod tests {
             .collect();
         let (mut pcs, mut z) = (Vec::new(), vec![0f32; n * map.width()]);
         map.project_batch(&xs, &mut pcs, &mut z, false);
-        let (fused, bias) = map.fused_projection();
+        let (fused, bias) = (map.fused_projection(), map.projection_bias());
         let (m, w) = (map.basis_dim, map.width());
         for (r, x) in xs.chunks_exact(d).enumerate() {
             for j in 0..m + w {

@@ -19,6 +19,8 @@ pub(super) struct BatchBuffers {
     pub pcs: CudaSlice<f32>,
     /// Projections, `width` per query, when a second product gives them.
     pub z: Option<CudaSlice<f32>>,
+    /// `f32` values per query in `pcs` ([`Projection::pcs_stride`]).
+    pub pcs_stride: u32,
     pub ids: CudaSlice<u32>,
     pub dists: CudaSlice<f32>,
     pub stats: CudaSlice<u64>,
@@ -41,10 +43,12 @@ impl BatchBuffers {
             Projection::Fused(_) => None,
             Projection::TwoProducts { .. } => Some(gpu.zeros(n * index.width as usize)?),
         };
+        let pcs_stride = dev.projection.pcs_stride(index);
         Ok(Self {
             queries: gpu.zeros(n * index.dim as usize)?,
-            pcs: gpu.zeros(n * dev.projection.pcs_stride(index) as usize)?,
+            pcs: gpu.zeros(n * pcs_stride as usize)?,
             z,
+            pcs_stride,
             ids: gpu.zeros(n * k_cap)?,
             dists: gpu.zeros(n * k_cap)?,
             stats: gpu.zeros(STAT_SLOTS)?,
@@ -73,11 +77,6 @@ pub(super) fn batch_view(
     let r = plan.read_depth as u32;
     let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
     let keep = plan.keep as u32;
-    // The buffers' form of the projection ([`Projection::pcs_stride`]).
-    let pcs_stride = match b.z {
-        Some(_) => ix.basis_dim,
-        None => ix.basis_dim + ix.width,
-    };
     let first = ix.copies * r + ix.n_seeds;
     // The block sort takes any length: no rounding to a power of two.
     let buf_len = first.max(keep + start_points * row_len);
@@ -104,8 +103,12 @@ pub(super) fn batch_view(
             None => device_address(&b.pcs, st) + 4 * ix.basis_dim as u64,
         },
         pcs: device_address(&b.pcs, st),
-        pcs_stride,
-        z_stride: if b.z.is_some() { ix.width } else { pcs_stride },
+        pcs_stride: b.pcs_stride,
+        z_stride: if b.z.is_some() {
+            ix.width
+        } else {
+            b.pcs_stride
+        },
         queries: device_address(&b.queries, st),
         out_ids: device_address(&b.ids, st),
         out_dists: device_address(&b.dists, st),

@@ -114,18 +114,16 @@ impl DeviceIndex {
         let seeds = &index.engine.seeds;
         let seeds_at = parts.put(gpu, seeds)?;
         let map = &index.engine.map;
-        let (fused, z_bias) = map.fused_projection();
-        let projection = if map.dim <= map.rotation_dim() {
-            Projection::Fused(gpu.upload(&fused)?)
+        let z_bias = map.projection_bias();
+        let (projection, projection_floats) = if map.dim <= map.rotation_dim() {
+            let fused = map.fused_projection();
+            (Projection::Fused(gpu.upload(&fused)?), fused.len())
         } else {
-            Projection::TwoProducts {
+            let two = Projection::TwoProducts {
                 basis: gpu.upload(&map.basis)?,
                 rotation: gpu.upload(&map.rotation)?,
-            }
-        };
-        let projection_floats = match &projection {
-            Projection::Fused(_) => fused.len(),
-            Projection::TwoProducts { .. } => map.basis.len() + map.rotation.len(),
+            };
+            (two, map.basis.len() + map.rotation.len())
         };
         let basis_bias_at = parts.put(gpu, &map.basis_bias)?;
         // The projections' bias folded into the shifts, per spacing, so the

@@ -171,7 +171,7 @@ impl GpuSearcher {
     ) -> Result<(usize, usize), SearchError> {
         let plan = SearchPlan::new(self.index.raw.header(), p, k)?;
         let v = batch_view(
-            &self.dev.view.view,
+            &self.dev,
             &mut self.slots[0].buffers,
             self.max_batch,
             self.max_batch,

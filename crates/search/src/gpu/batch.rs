@@ -4,11 +4,11 @@
 
 use octex_kernels::driver::{CudaGraph, CudaSlice};
 use octex_kernels::layout::{
-    BatchView, IndexView, SearchSmem, MAX_HASH_SLOTS, MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
+    BatchView, SearchSmem, MAX_HASH_SLOTS, MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
 };
 use octex_kernels::{device_address, DeviceBatchView, Gpu, GpuError};
 
-use super::device_index::{DeviceIndex, Projection};
+use super::device_index::DeviceIndex;
 use crate::SearchPlan;
 
 /// Per-batch device buffers, sized for `max_batch` queries and `k_cap` results.
@@ -17,10 +17,9 @@ pub(super) struct BatchBuffers {
     /// Principal coordinates (with the projections after them when one
     /// product gives both), `Projection::pcs_stride` per query ([`project`]).
     pub pcs: CudaSlice<f32>,
-    /// Projections, `width` per query, when a second product gives them.
+    /// Projections, `width` per query, for batches that take two products
+    /// (when the largest batch does).
     pub z: Option<CudaSlice<f32>>,
-    /// `f32` values per query in `pcs` ([`Projection::pcs_stride`]).
-    pub pcs_stride: u32,
     pub ids: CudaSlice<u32>,
     pub dists: CudaSlice<f32>,
     pub stats: CudaSlice<u64>,
@@ -39,16 +38,18 @@ impl BatchBuffers {
     ) -> Result<Self, GpuError> {
         let n = max_batch;
         let index = &dev.view.view;
-        let z = match dev.projection {
-            Projection::Fused(_) => None,
-            Projection::TwoProducts { .. } => Some(gpu.zeros(n * index.width as usize)?),
+        let proj = &dev.projection;
+        // The principal-coordinate rows of the largest batch of either product.
+        let pcs_len = (n * index.basis_dim as usize)
+            .max(n.min(proj.fused_max_batch()) * proj.pcs_stride(index, 1) as usize);
+        let z = match proj.two_for(n) {
+            Some(_) => Some(gpu.zeros(n * index.width as usize)?),
+            None => None,
         };
-        let pcs_stride = dev.projection.pcs_stride(index);
         Ok(Self {
             queries: gpu.zeros(n * index.dim as usize)?,
-            pcs: gpu.zeros(n * pcs_stride as usize)?,
+            pcs: gpu.zeros(pcs_len)?,
             z,
-            pcs_stride,
             ids: gpu.zeros(n * k_cap)?,
             dists: gpu.zeros(n * k_cap)?,
             stats: gpu.zeros(STAT_SLOTS)?,
@@ -66,13 +67,14 @@ impl BatchBuffers {
 /// for later batches), where the visited set may also grow with the entries
 /// read. Nothing is refused for its size.
 pub(super) fn batch_view(
-    ix: &IndexView,
+    dev: &DeviceIndex,
     b: &mut BatchBuffers,
     nq: usize,
     max_batch: usize,
     plan: &SearchPlan,
     s: &Gpu,
 ) -> Result<BatchView, GpuError> {
+    let ix = &dev.view.view;
     let (p, k) = (&plan.params, plan.k);
     let r = plan.read_depth as u32;
     let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
@@ -97,18 +99,16 @@ pub(super) fn batch_view(
     };
     let per_entry = visited_slots_per_entry(nq, s);
     let st = s.stream();
+    let two_products = dev.projection.two_for(nq).is_some();
+    let pcs_stride = dev.projection.pcs_stride(ix, nq);
     let mut view = BatchView {
-        z: match &b.z {
-            Some(z) => device_address(z, st),
-            None => device_address(&b.pcs, st) + 4 * ix.basis_dim as u64,
+        z: match (&b.z, two_products) {
+            (Some(z), true) => device_address(z, st),
+            _ => device_address(&b.pcs, st) + 4 * ix.basis_dim as u64,
         },
         pcs: device_address(&b.pcs, st),
-        pcs_stride: b.pcs_stride,
-        z_stride: if b.z.is_some() {
-            ix.width
-        } else {
-            b.pcs_stride
-        },
+        pcs_stride,
+        z_stride: if two_products { ix.width } else { pcs_stride },
         queries: device_address(&b.queries, st),
         out_ids: device_address(&b.ids, st),
         out_dists: device_address(&b.dists, st),
@@ -199,8 +199,12 @@ pub(super) fn project(
 ) -> Result<(), GpuError> {
     let ix = &dev.view.view;
     let (dim, m, width) = (ix.dim as usize, ix.basis_dim as usize, ix.width as usize);
-    match (&dev.projection, &mut b.z) {
-        (Projection::Fused(matrix), _) => {
+    match (
+        dev.projection.fused_for(nq),
+        dev.projection.two_for(nq),
+        &mut b.z,
+    ) {
+        (Some(matrix), _, _) => {
             let cols = m + width;
             g.matmul(
                 &b.queries.slice(..nq * dim),
@@ -212,7 +216,7 @@ pub(super) fn project(
                 (nq, dim, cols),
             )
         }
-        (Projection::TwoProducts { basis, rotation }, Some(z)) => {
+        (None, Some((basis, rotation)), Some(z)) => {
             let mc = rotation.len() / width.max(1);
             g.matmul(
                 &b.queries.slice(..nq * dim),
@@ -233,9 +237,9 @@ pub(super) fn project(
                 (nq, mc, width),
             )
         }
-        (Projection::TwoProducts { .. }, None) => Err(GpuError::Unsupported(
-            "internal: a two-product projection without its buffer".into(),
-        )),
+        _ => Err(GpuError::Unsupported(format!(
+            "internal: no projection for a batch of {nq} (buffers sized for another)"
+        ))),
     }
 }
 

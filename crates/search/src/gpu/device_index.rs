@@ -17,31 +17,107 @@ pub(super) struct DeviceIndex {
 }
 
 /// The matrices that project a batch of queries ([`super::batch::project`]).
-/// Either form writes the principal coordinates and the projections before
-/// their biases, which the search kernel accounts for (it subtracts
+/// Either product writes the principal coordinates and the projections
+/// before their biases, which the search kernel accounts for (it subtracts
 /// `IndexView::basis_bias`; `IndexView::search_shifts` holds the other).
-pub(super) enum Projection {
+pub(super) struct Projection {
     /// `[P | P_c R]`, `dim x (m + width)`
-    /// ([`octex_lattice::CopyMap::fused_projection`]): one product per batch.
-    /// Taken when `dim <= m_c`, where it also multiplies the fewest numbers.
-    Fused(CudaSlice<f32>),
+    /// ([`octex_lattice::CopyMap::fused_projection`]): one product gives both
+    /// the principal coordinates and the projections. Every batch takes it
+    /// when `dim <= m_c`, where it also multiplies the fewest numbers;
+    /// batches of at most [`Projection::fused_max_batch`] queries otherwise.
+    fused: Option<CudaSlice<f32>>,
     /// `P` (`dim x m`), then `R` (`m_c x width`) on the first `m_c`
-    /// coordinates: two products, for wide vectors, where `P_c R` would
-    /// multiply `dim / m_c` times as much (a 784-d batch of 10,000 at C = 128:
-    /// 64 against 5 GFLOP).
-    TwoProducts {
-        basis: CudaSlice<f32>,
-        rotation: CudaSlice<f32>,
-    },
+    /// coordinates: two products, for larger batches of wide vectors, where
+    /// `P_c R` would multiply `dim / m_c` times as much (a 784-d batch of
+    /// 10,000 at C = 128: 64 against 5 GFLOP).
+    two: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    /// The largest batch that takes the fused product.
+    fused_max_batch: usize,
+}
+
+/// Multiply-adds the fused product may add to a batch's projection over the
+/// two products: about what one more launch costs (a few microseconds on an
+/// H200). Small batches of wide vectors save the second product's launch:
+/// synth-1m (128-d) at batch 100, projection and kernel set-up 0.013 ->
+/// 0.009 ms.
+const FUSED_EXTRA_MULTIPLY_ADDS: usize = 1 << 26;
+
+/// The largest batch that takes the fused product `[P | P_c R]`: every batch
+/// when `dim <= m_c`; else those for which it multiplies at most
+/// [`FUSED_EXTRA_MULTIPLY_ADDS`] more than the two products (`width (dim -
+/// m_c)` more per query).
+fn fused_max_batch(dim: usize, mc: usize, width: usize) -> usize {
+    if dim <= mc {
+        usize::MAX
+    } else {
+        FUSED_EXTRA_MULTIPLY_ADDS / (width.max(1) * (dim - mc))
+    }
 }
 
 impl Projection {
-    /// `f32` values per query of the principal-coordinate rows (with the
-    /// projections after them when fused).
-    pub(super) fn pcs_stride(&self, ix: &IndexView) -> u32 {
-        match self {
-            Projection::Fused(_) => ix.basis_dim + ix.width,
-            Projection::TwoProducts { .. } => ix.basis_dim,
+    fn upload(gpu: &Gpu, map: &octex_lattice::CopyMap) -> Result<(Self, usize), GpuError> {
+        let (dim, mc, width) = (map.dim, map.rotation_dim(), map.width());
+        // `OCTEX_GPU_PROJECTION=two` keeps wide vectors on two products at
+        // every batch size (for measurements).
+        let forced_two = std::env::var("OCTEX_GPU_PROJECTION").is_ok_and(|v| v == "two");
+        let fused_max_batch = if forced_two && dim > mc {
+            0
+        } else {
+            fused_max_batch(dim, mc, width)
+        };
+        let mut floats = 0;
+        let fused = if fused_max_batch > 0 {
+            let m = map.fused_projection();
+            floats += m.len();
+            Some(gpu.upload(&m)?)
+        } else {
+            None
+        };
+        let two = if fused_max_batch < usize::MAX {
+            floats += map.basis.len() + map.rotation.len();
+            Some((gpu.upload(&map.basis)?, gpu.upload(&map.rotation)?))
+        } else {
+            None
+        };
+        Ok((
+            Self {
+                fused,
+                two,
+                fused_max_batch,
+            },
+            floats,
+        ))
+    }
+
+    /// The fused matrix, when a batch of `nq` queries takes it.
+    pub(super) fn fused_for(&self, nq: usize) -> Option<&CudaSlice<f32>> {
+        self.fused.as_ref().filter(|_| nq <= self.fused_max_batch)
+    }
+
+    /// `P` and `R`, when a batch of `nq` queries takes two products.
+    pub(super) fn two_for(&self, nq: usize) -> Option<(&CudaSlice<f32>, &CudaSlice<f32>)> {
+        match self.fused_for(nq) {
+            Some(_) => None,
+            None => self.two.as_ref().map(|(p, r)| (p, r)),
+        }
+    }
+
+    /// `f32` values per query of the principal-coordinate rows of a batch of
+    /// `nq` (with the projections after them when fused).
+    pub(super) fn pcs_stride(&self, ix: &IndexView, nq: usize) -> u32 {
+        match self.fused_for(nq) {
+            Some(_) => ix.basis_dim + ix.width,
+            None => ix.basis_dim,
+        }
+    }
+
+    /// The largest batch that takes the fused product.
+    pub(super) fn fused_max_batch(&self) -> usize {
+        if self.fused.is_some() {
+            self.fused_max_batch
+        } else {
+            0
         }
     }
 }
@@ -115,16 +191,7 @@ impl DeviceIndex {
         let seeds_at = parts.put(gpu, seeds)?;
         let map = &index.engine.map;
         let z_bias = map.projection_bias();
-        let (projection, projection_floats) = if map.dim <= map.rotation_dim() {
-            let fused = map.fused_projection();
-            (Projection::Fused(gpu.upload(&fused)?), fused.len())
-        } else {
-            let two = Projection::TwoProducts {
-                basis: gpu.upload(&map.basis)?,
-                rotation: gpu.upload(&map.rotation)?,
-            };
-            (two, map.basis.len() + map.rotation.len())
-        };
+        let (projection, projection_floats) = Projection::upload(gpu, map)?;
         let basis_bias_at = parts.put(gpu, &map.basis_bias)?;
         // The projections' bias folded into the shifts, per spacing, so the
         // kernel's decoding reads one value per coordinate besides `z`, as the
@@ -176,5 +243,26 @@ impl DeviceIndex {
             view: unsafe { DeviceIndexView::new(gpu, view) }?,
             bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_batches_of_wide_vectors_take_the_fused_product() {
+        // Narrow vectors: one product at every batch size.
+        assert_eq!(fused_max_batch(50, 64, 1024), usize::MAX);
+        assert_eq!(fused_max_batch(64, 64, 1024), usize::MAX);
+        // 128-d, C = 32 (width 1,024), m_c = 64: 64 Ki more per query.
+        assert_eq!(fused_max_batch(128, 64, 1024), 1024);
+        // 784-d at C = 128 (width 4,096): batch 10,000 keeps two products.
+        let wide = fused_max_batch(784, 64, 4096);
+        assert!((1..10_000).contains(&wide), "{wide}");
+        // The bound is what the rule says, and one more query is past it.
+        let extra = |nq: usize| nq * 4096 * (784 - 64);
+        assert!(extra(wide) <= FUSED_EXTRA_MULTIPLY_ADDS);
+        assert!(extra(wide + 1) > FUSED_EXTRA_MULTIPLY_ADDS);
     }
 }

@@ -122,7 +122,7 @@ impl GpuSearcher {
                 let view = BatchView {
                     stop_after: self.stop_after,
                     ..batch_view(
-                        &self.dev.view.view,
+                        &self.dev,
                         &mut self.slots[s].buffers,
                         n,
                         self.max_batch,

@@ -145,7 +145,7 @@ impl GpuSearcher {
         let view = BatchView {
             stop_after: self.stop_after,
             ..batch_view(
-                &self.dev.view.view,
+                &self.dev,
                 &mut self.slots[0].buffers,
                 nq,
                 self.max_batch,

@@ -49,7 +49,6 @@
 // source the host crates compile.
 use octex_core::{e8, key, layout, sketch};
 
-mod block_sort;
 mod brute;
 mod build;
 mod distance;

@@ -6,6 +6,7 @@
 //! - `search`: search an index, print recall and throughput;
 //! - `bench`: parameter sweep with peers, JSON and a Pareto plot;
 //! - `codes`: how well compressed codes rank a data set (sketch vs RaBitQ);
+//! - `kernel-report`: registers and spills of each GPU search build (ptxas);
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
 mod bench;
@@ -15,6 +16,7 @@ mod data;
 mod demo;
 mod fetch;
 mod gpu_bench;
+mod kernel_report;
 mod passages;
 mod plot;
 mod progress;
@@ -90,6 +92,9 @@ enum Cmd {
     /// Score compressed codes (octex's int8 sketch, 4-bit, RaBitQ) by how
     /// well they rank a data set, against its ground truth.
     Codes(codes::CodesArgs),
+    /// Registers, stack and spills of each GPU search build (`ptxas -v` on the
+    /// module as the driver loads it; no GPU needed).
+    KernelReport(kernel_report::KernelReportArgs),
     /// Redraw the Pareto plot of a bench's results.json.
     Plot {
         #[arg(long)]
@@ -163,6 +168,7 @@ fn main() -> Result<()> {
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
         Cmd::Codes(args) => codes::run(args, &root),
+        Cmd::KernelReport(args) => kernel_report::run(args),
         Cmd::Plot { results, out } => bench::replot(&results, &out),
         Cmd::Demo {
             data,

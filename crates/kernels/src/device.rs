@@ -80,6 +80,39 @@ pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u
     )
 }
 
+/// The builds of `wave_search`: entry, threads per block and blocks per
+/// multiprocessor (the launch bounds that set each build's register cap).
+pub const SEARCH_BUILDS: [(&str, u32, u32); 5] = [
+    ("wave_search", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
+    ("wave_search_spilled", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
+    (
+        "wave_search_dense",
+        BLOCK_THREADS,
+        DENSE_SEARCH_BLOCKS_PER_SM,
+    ),
+    (
+        "wave_search_narrow",
+        NARROW_BLOCK_THREADS,
+        NARROW_SEARCH_BLOCKS_PER_SM,
+    ),
+    (
+        "wave_search_latency",
+        LATENCY_BLOCK_THREADS,
+        LATENCY_SEARCH_BLOCKS_PER_SM,
+    ),
+];
+
+/// The module as the driver loads it: [`PTX`] with the launch bounds of each
+/// of [`SEARCH_BUILDS`] (`cargo xtask kernel-report` compiles the same text
+/// with `ptxas` to show each build's registers and spills).
+pub fn bounded_ptx() -> String {
+    SEARCH_BUILDS
+        .iter()
+        .fold(PTX.to_string(), |ptx, &(entry, threads, blocks)| {
+            with_launch_bounds(&ptx, entry, threads, blocks)
+        })
+}
+
 /// One GPU: context, stream, kernels and cuBLAS.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
@@ -189,27 +222,7 @@ impl Gpu {
         // SAFETY: every buffer of this context is used on `stream` only.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
-        let mut ptx = PTX.to_string();
-        for (entry, blocks) in [
-            ("wave_search", SEARCH_BLOCKS_PER_SM),
-            ("wave_search_spilled", SEARCH_BLOCKS_PER_SM),
-            ("wave_search_dense", DENSE_SEARCH_BLOCKS_PER_SM),
-        ] {
-            ptx = with_launch_bounds(&ptx, entry, BLOCK_THREADS, blocks);
-        }
-        ptx = with_launch_bounds(
-            &ptx,
-            "wave_search_narrow",
-            NARROW_BLOCK_THREADS,
-            NARROW_SEARCH_BLOCKS_PER_SM,
-        );
-        ptx = with_launch_bounds(
-            &ptx,
-            "wave_search_latency",
-            LATENCY_BLOCK_THREADS,
-            LATENCY_SEARCH_BLOCKS_PER_SM,
-        );
-        let module = ctx.load_module(Ptx::from_src(ptx))?;
+        let module = ctx.load_module(Ptx::from_src(bounded_ptx()))?;
         let f = |name: &str| module.load_function(name);
         let wave_search = f("wave_search")?;
         let wave_search_spilled = f("wave_search_spilled")?;

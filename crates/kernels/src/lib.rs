@@ -50,7 +50,10 @@ pub mod sort;
 
 pub use brute::GpuBruteForce;
 pub use builder::BuilderKernels;
-pub use device::{device_address, driver_available, total_memory, with_launch_bounds, Gpu};
+pub use device::{
+    bounded_ptx, device_address, driver_available, total_memory, with_launch_bounds, Gpu,
+    SEARCH_BUILDS,
+};
 pub use ivf::IvfKernels;
 pub use octex_core::layout;
 pub use pinned::PinnedBuf;

@@ -305,7 +305,7 @@ pub fn run(
     let p = SearchParams::default();
     let (gres, times) = g.search_profiled(&queries[..batch * dim], 10, &p)?;
     println!(
-        "phases at {p:?} for {batch} queries: upload {:.3} ms, projection (2 cuBLAS products) {:.3} ms, wave_search {:.3} ms, download {:.3} ms",
+        "phases at {p:?} for {batch} queries: upload {:.3} ms, projection (cuBLAS) {:.3} ms, wave_search {:.3} ms, download {:.3} ms",
         times.upload_ms, times.project_ms, times.search_ms, times.download_ms
     );
     let t = Instant::now();

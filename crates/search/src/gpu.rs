@@ -8,9 +8,10 @@
 //!
 //! 1. queries to the device (stored space: normalised or augmented on the host,
 //!    exactly as the CPU backend does);
-//! 2. one CUDA graph per batch shape, captured at first use and replayed: two
-//!    cuBLAS products project the batch (principal coordinates, then all
-//!    copies), then `wave_search` runs each query's first round, `W` waves and
+//! 2. one CUDA graph per batch shape, captured at first use and replayed:
+//!    cuBLAS projects the batch (principal coordinates and all copies, in one
+//!    product or two: `gpu/device_index.rs`, `Projection`), then
+//!    `wave_search` runs each query's first round, `W` waves and
 //!    exact rerank in one block, with no host synchronisation inside;
 //! 3. ids and distances back to the host.
 //!

@@ -201,11 +201,17 @@ impl CopyMap {
     /// principal coordinates before their bias give (`x P_c R` less this is
     /// [`CopyMap::project_batch`]'s `z`).
     pub fn projection_bias(&self) -> Vec<f32> {
+        self.times_rotation(&self.basis_bias)
+    }
+
+    /// `v_c R` (length `width`) for `v` of at least `m_c` values, summed in
+    /// `f64`.
+    fn times_rotation(&self, v: &[f32]) -> Vec<f32> {
         let (mc, w) = (self.rotation_dim(), self.width());
         (0..w)
             .map(|j| {
                 (0..mc)
-                    .map(|t| self.basis_bias[t] as f64 * self.rotation[t * w + j] as f64)
+                    .map(|t| v[t] as f64 * self.rotation[t * w + j] as f64)
                     .sum::<f64>() as f32
             })
             .collect()
@@ -218,17 +224,13 @@ impl CopyMap {
     /// coordinates and the projections of [`CopyMap::project_batch`] (up to
     /// rounding: the product `P_c R` is formed in `f64` once).
     pub fn fused_projection(&self) -> Vec<f32> {
-        let (d, m, mc, w) = (self.dim, self.basis_dim, self.rotation_dim(), self.width());
+        let (d, m, w) = (self.dim, self.basis_dim, self.width());
         let cols = m + w;
         let mut fused = vec![0f32; d * cols];
         for (i, out) in fused.chunks_exact_mut(cols).enumerate() {
             let row = &self.basis[i * m..(i + 1) * m];
             out[..m].copy_from_slice(row);
-            for j in 0..w {
-                out[m + j] = (0..mc)
-                    .map(|t| row[t] as f64 * self.rotation[t * w + j] as f64)
-                    .sum::<f64>() as f32;
-            }
+            out[m..].copy_from_slice(&self.times_rotation(row));
         }
         fused
     }

@@ -166,6 +166,32 @@ mod tests {
     }
 
     #[test]
+    fn search_parameters_are_the_host_views() {
+        // The search kernels take the views by value: each build's two
+        // parameters must be exactly the host structs' bytes.
+        for (entry, _, _) in SEARCH_BUILDS {
+            let at = PTX.find(&format!(".entry {entry}(")).expect(entry);
+            let head = &PTX[at..at + PTX[at..].find(')').unwrap()];
+            let sizes: Vec<usize> = head
+                .lines()
+                .filter(|l| l.contains(".param"))
+                .map(|l| {
+                    let n = l.rsplit('[').next().unwrap();
+                    n.trim_end_matches([']', ',', ' ']).parse().unwrap()
+                })
+                .collect();
+            assert_eq!(
+                sizes,
+                [
+                    std::mem::size_of::<layout::IndexView>(),
+                    std::mem::size_of::<layout::BatchView>()
+                ],
+                "{entry}"
+            );
+        }
+    }
+
+    #[test]
     fn launch_bounds_go_between_parameters_and_body() {
         let p = with_launch_bounds(PTX, "wave_search", 256, 3);
         let at = p.find(".entry wave_search(").unwrap();

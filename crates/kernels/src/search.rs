@@ -77,8 +77,13 @@ impl Gpu {
                 SearchKernel::Latency => (&self.wave_search_latency, LATENCY_BLOCK_THREADS),
             }
         };
+        // The views by value: kernel parameters sit in the constant bank,
+        // where ptxas reads their fields again instead of keeping them in
+        // registers (the 64-register builds spilled 308 bytes a thread with
+        // pointers to device copies, 60 with the views as parameters).
+        let (index_view, batch_view) = (Layout(index.view), Layout(batch.view));
         let mut b = self.stream.launch_builder(function);
-        b.arg(&index.dev).arg(&batch.dev);
+        b.arg(&index_view).arg(&batch_view);
         // SAFETY: the views' pointers are live and sized as they say (their owners
         // build them); shared memory as SearchSmem lays it out; each build is
         // launched with the block size it was compiled for.
@@ -118,25 +123,20 @@ impl DeviceIndexView {
     }
 }
 
-/// A [`BatchView`] and its copy in device memory.
+/// The [`BatchView`] of the next `wave_search` launch, which passes it by
+/// value (a kernel parameter; no copy in device memory). A captured graph
+/// keeps the view it was captured with.
 pub struct DeviceBatchView {
     pub view: BatchView,
-    dev: CudaSlice<Layout<BatchView>>,
 }
 
 impl DeviceBatchView {
-    pub fn new(gpu: &Gpu, view: BatchView) -> Result<Self, GpuError> {
-        Ok(Self {
-            view,
-            dev: gpu.upload(&[Layout(view)])?,
-        })
+    pub fn new(view: BatchView) -> Self {
+        Self { view }
     }
 
-    /// Rewrite the device copy (for example a new `nq`) on the stream, so a
-    /// captured graph that reads it sees the change at its next replay.
-    pub fn update(&mut self, gpu: &Gpu, view: BatchView) -> Result<(), GpuError> {
+    /// Set the view the next launch or capture passes.
+    pub fn update(&mut self, view: BatchView) {
         self.view = view;
-        gpu.stream.memcpy_htod(&[Layout(view)], &mut self.dev)?;
-        Ok(())
     }
 }

@@ -331,7 +331,7 @@ unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32
 /// shared memory as `SearchSmem` lays it out), for batches whose large
 /// arrays fit in shared memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *const BatchView) {
+pub unsafe extern "ptx-kernel" fn wave_search(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body.
     unsafe { wave_search_body::<false, T>(index, batch) }
 }
@@ -340,7 +340,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: *const IndexView, batch: *c
 /// registers a thread instead of 80), for batches whose shared memory lets
 /// four fit: the host picks it.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search_dense(index: *const IndexView, batch: *const BatchView) {
+pub unsafe extern "ptx-kernel" fn wave_search_dense(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body.
     unsafe { wave_search_body::<false, T>(index, batch) }
 }
@@ -349,7 +349,7 @@ pub unsafe extern "ptx-kernel" fn wave_search_dense(index: *const IndexView, bat
 /// per-query work: twice as many queries share a multiprocessor, so the
 /// latency of one query's chain of phases hides behind the others'.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: *const IndexView, batch: *const BatchView) {
+pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body, launched with
     // NARROW_BLOCK_THREADS threads.
     unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS>(index, batch) }
@@ -361,7 +361,7 @@ pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: *const IndexView, ba
 /// the threads of the 256-thread builds, which would leave most of each
 /// multiprocessor idle.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search_latency(index: *const IndexView, batch: *const BatchView) {
+pub unsafe extern "ptx-kernel" fn wave_search_latency(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body, launched with
     // LATENCY_BLOCK_THREADS threads.
     unsafe { wave_search_body::<false, LATENCY_BLOCK_THREADS>(index, batch) }
@@ -370,7 +370,7 @@ pub unsafe extern "ptx-kernel" fn wave_search_latency(index: *const IndexView, b
 /// [`wave_search`] for batches that spill (`BatchView::scratch_per_query >
 /// 0`): the large arrays in the global scratch.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: *const IndexView, batch: *const BatchView) {
+pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body.
     unsafe { wave_search_body::<true, T>(index, batch) }
 }
@@ -381,12 +381,12 @@ pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: *const IndexView, b
 /// and compiles to shared-memory instructions (a run-time choice made them
 /// generic loads and stores).
 #[inline(always)]
-unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: *const IndexView, batch: *const BatchView) {
+unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: IndexView, batch: BatchView) {
     // SAFETY: the host passes valid views; every access below stays inside the
     // sizes they describe.
     unsafe {
-        let ix = *index;
-        let bt = *batch;
+        let ix = index;
+        let bt = batch;
         let qi = bid();
         let lay = SearchSmem::new(&ix, &bt);
         if qi >= bt.nq || lay.spilled != SPILLED {

@@ -55,7 +55,7 @@ impl BatchBuffers {
             stats: gpu.zeros(STAT_SLOTS)?,
             scratch: None,
             k_cap,
-            view: DeviceBatchView::new(gpu, BatchView::default())?,
+            view: DeviceBatchView::new(BatchView::default()),
         })
     }
 }

@@ -28,8 +28,6 @@ pub(super) struct Slot {
     /// The batch whose results are in flight: (first query, queries, norms,
     /// whether distances stay in the stored space).
     pending: Option<(usize, usize, Vec<f32>, bool)>,
-    /// What the device copy of the batch view holds.
-    pub view_on_device: Option<BatchView>,
 }
 
 impl Slot {
@@ -50,7 +48,6 @@ impl Slot {
             uploaded: gpu.event(false)?,
             done: gpu.event(false)?,
             pending: None,
-            view_on_device: None,
         })
     }
 
@@ -147,14 +144,10 @@ impl GpuSearcher {
                 )?;
                 slot.uploaded.record(&self.copy_stream)?;
 
-                // The view first: capturing reads its host copy (grid and
-                // shared-memory size of the launch). A change of shape costs
-                // a small synchronous upload.
+                // The view first: the launch passes it by value, and
+                // capturing reads it (grid and shared-memory size too).
                 let slot = &mut self.slots[s];
-                if slot.view_on_device != Some(view) {
-                    slot.buffers.view.update(&self.gpu, view)?;
-                    slot.view_on_device = Some(view);
-                }
+                slot.buffers.view.update(view);
                 // Profilers see the kernels of a direct launch by name
                 // (OCTEX_GPU_GRAPHS=0); the default replays a captured graph.
                 let graphs = std::env::var("OCTEX_GPU_GRAPHS").map_or(true, |v| v != "0");

@@ -141,7 +141,6 @@ impl GpuSearcher {
         let (k, p) = (plan.k, &plan.params);
         self.ensure_k(k)?;
         self.last_slot = 0;
-        self.slots[0].view_on_device = None;
         let view = BatchView {
             stop_after: self.stop_after,
             ..batch_view(
@@ -167,7 +166,7 @@ impl GpuSearcher {
             stored,
             &mut self.slots[0].buffers.queries.slice_mut(..stored.len()),
         )?;
-        self.slots[0].buffers.view.update(&self.gpu, view)?;
+        self.slots[0].buffers.view.update(view);
         st.memset_zeros(&mut self.slots[0].buffers.stats)?;
         e[1].record(&st)?;
         // The launches of the graph, outside it, with events between.

@@ -7,6 +7,7 @@ use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 use core::mem::MaybeUninit;
 
 use crate::layout::*;
+use crate::block_sort::{bitonic_sort, sort_prefix};
 use crate::prims::*;
 
 /// `x[i][j] -= bias[j]` for an `n x m` row-major matrix.

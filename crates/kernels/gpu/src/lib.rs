@@ -49,6 +49,7 @@
 // source the host crates compile.
 use octex_core::{e8, key, layout, sketch};
 
+mod block_sort;
 mod brute;
 mod build;
 mod distance;

@@ -1,0 +1,321 @@
+//! Block-wide sorts of `u64` entries in shared (or global) memory: the
+//! plain bitonic network for powers of two ([`bitonic_sort`], [`sort_prefix`]),
+//! the search's sort of any length ([`sort_block`]), and its selection of the
+//! smallest entries ([`select_smallest`]), which keeps the best `M`
+//! candidates of the first round without sorting all of them.
+//!
+//! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
+
+use core::arch::asm;
+
+use crate::prims::*;
+
+/// Bitonic sort of `a[..p]` ascending, `p` a power of two; all threads call it.
+#[inline(always)]
+pub unsafe fn bitonic_sort(a: *mut u64, p: u32) {
+    let t = tid();
+    let mut size = 2;
+    while size <= p {
+        let mut stride = size / 2;
+        while stride > 0 {
+            let mut i = t;
+            while i < p / 2 {
+                let lo = 2 * i - (i & (stride - 1));
+                let hi = lo + stride;
+                let ascending = (lo & size) == 0;
+                // SAFETY: lo < hi < p, inside the caller's buffer.
+                unsafe {
+                    let x = *a.add(lo as usize);
+                    let y = *a.add(hi as usize);
+                    if (x > y) == ascending {
+                        *a.add(lo as usize) = y;
+                        *a.add(hi as usize) = x;
+                    }
+                }
+                i += T;
+            }
+            sync();
+            stride /= 2;
+        }
+        size *= 2;
+    }
+}
+
+/// Pad `a[n..p]` with `u64::MAX` (p = next power of two of n) and sort `a[..p]`.
+#[inline(always)]
+pub unsafe fn sort_prefix(a: *mut u64, n: u32) {
+    let p = n.max(2).next_power_of_two();
+    let mut i = n + tid();
+    while i < p {
+        // SAFETY: p <= the buffer length (a power of two >= n).
+        unsafe { *a.add(i as usize) = u64::MAX };
+        i += T;
+    }
+    sync();
+    // SAFETY: as above; the padding is already in order.
+    unsafe { sort_block::<T>(a, n) };
+}
+
+/// Elements per warp-resident chunk of [`sort_block`]: two per lane.
+const CHUNK: u32 = 64;
+
+#[inline(always)]
+unsafe fn shfl_xor_u64(v: u64, m: u32) -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: all 32 lanes call it (full mask).
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) lo, in(reg32) v as u32, in(reg32) m);
+        asm!("shfl.sync.bfly.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) hi, in(reg32) (v >> 32) as u32, in(reg32) m);
+    }
+    ((hi as u64) << 32) | lo as u64
+}
+
+/// One compare-exchange stage of a 64-element chunk held in registers (lane
+/// `l` holds elements `l` and `l + 32`): element `e` meets `e ^ m`, and the
+/// lower index keeps the smaller; `top` is the highest bit of `m`. Called by
+/// all lanes of the warp.
+#[inline(always)]
+unsafe fn chunk_stage(x0: &mut u64, x1: &mut u64, m: u32, top: u32, lane: u32) {
+    // SAFETY: full warps (the caller's contract).
+    unsafe {
+        if m >= 32 {
+            // Partners sit in the other register of lane `lane ^ (m & 31)`;
+            // x0 always holds the lower index.
+            let p0 = shfl_xor_u64(*x1, m & 31);
+            let p1 = shfl_xor_u64(*x0, m & 31);
+            *x0 = (*x0).min(p0);
+            *x1 = (*x1).max(p1);
+        } else {
+            let lower = lane & top == 0;
+            let p0 = shfl_xor_u64(*x0, m);
+            let p1 = shfl_xor_u64(*x1, m);
+            *x0 = if lower { (*x0).min(p0) } else { (*x0).max(p0) };
+            *x1 = if lower { (*x1).min(p1) } else { (*x1).max(p1) };
+        }
+    }
+}
+
+/// Run the stages `(size, first mask)` of every 64-element chunk of
+/// `a[..n]` in registers, one warp per chunk: with `full`, the whole sort of
+/// each chunk (sizes 2 to 64); else the half-cleaners of strides 32 to 1 that
+/// end a merge of a larger size. Elements past `n` count as `u64::MAX` and
+/// are not written.
+#[inline(always)]
+unsafe fn chunk_pass<const TH: u32>(a: *mut u64, n: u32, full: bool) {
+    let (lane, warp) = (lane(), tid() >> 5);
+    let mut base = warp * CHUNK;
+    while base < n {
+        let (i0, i1) = (base + lane, base + lane + 32);
+        // SAFETY: indices below n are inside the caller's buffer.
+        unsafe {
+            let mut x0 = if i0 < n { *a.add(i0 as usize) } else { u64::MAX };
+            let mut x1 = if i1 < n { *a.add(i1 as usize) } else { u64::MAX };
+            if full {
+                let mut size = 2;
+                while size <= CHUNK {
+                    chunk_stage(&mut x0, &mut x1, size - 1, size / 2, lane);
+                    let mut stride = size / 4;
+                    while stride > 0 {
+                        chunk_stage(&mut x0, &mut x1, stride, stride, lane);
+                        stride /= 2;
+                    }
+                    size *= 2;
+                }
+            } else {
+                let mut stride = 32;
+                while stride > 0 {
+                    chunk_stage(&mut x0, &mut x1, stride, stride, lane);
+                    stride /= 2;
+                }
+            }
+            if i0 < n {
+                *a.add(i0 as usize) = x0;
+            }
+            if i1 < n {
+                *a.add(i1 as usize) = x1;
+            }
+        }
+        base += (TH / 32) * CHUNK;
+    }
+}
+
+/// Sort `a[..n]` ascending, any `n`, in a block of `TH` threads; all threads call it, after a barrier
+/// that published `a`, and it ends with one.
+///
+/// A bitonic network in the form whose every compare-exchange is ascending
+/// (each merge starts by comparing mirrored positions), so positions past
+/// `n` act as `u64::MAX` and are neither read nor written: no padding, and a
+/// buffer of exactly `n`. Stages whose partners are less than 64 apart run
+/// in registers with warp shuffles, a 64-element chunk per warp; only the
+/// wider ones go through shared memory, one barrier each (10 barriers for
+/// 512 elements, against 45 for the plain network).
+#[inline(always)]
+pub unsafe fn sort_block<const TH: u32>(a: *mut u64, n: u32) {
+    // SAFETY: the caller's contract.
+    unsafe { sort_runs::<TH>(a, n, u32::MAX) }
+}
+
+/// [`sort_block`]'s network stopped at merges of `run` entries: every run of
+/// `run` entries of `a[..n]` (at multiples of `run`; a power of two at least
+/// 64, or `u32::MAX` for one run) sorted. Same contract as [`sort_block`].
+#[inline(always)]
+unsafe fn sort_runs<const TH: u32>(a: *mut u64, n: u32, run: u32) {
+    if n < 2 {
+        return;
+    }
+    let t = tid();
+    // SAFETY: every index stays below n; chunk_pass is reached by full warps.
+    unsafe {
+        chunk_pass::<TH>(a, n, true);
+        sync();
+        let p = n.next_power_of_two();
+        let mut size = 2 * CHUNK;
+        while size <= p.min(run) {
+            // The merge's first stage pairs mirrored positions (mask size - 1),
+            // then strides halve; `top` is the mask's highest bit.
+            let (mut mask, mut top) = (size - 1, size / 2);
+            while mask >= CHUNK {
+                let mut j = t;
+                while j < p / 2 {
+                    let lo = ((j & !(top - 1)) << 1) | (j & (top - 1));
+                    let hi = lo ^ mask;
+                    if hi < n {
+                        let x = *a.add(lo as usize);
+                        let y = *a.add(hi as usize);
+                        if x > y {
+                            *a.add(lo as usize) = y;
+                            *a.add(hi as usize) = x;
+                        }
+                    }
+                    j += TH;
+                }
+                sync();
+                top /= 2;
+                mask = top;
+            }
+            chunk_pass::<TH>(a, n, false);
+            sync();
+            size *= 2;
+        }
+    }
+}
+
+/// The runs of [`select_smallest`] that keep the best `keep`: `keep` rounded
+/// up to a power of two, at least a chunk.
+#[inline(always)]
+pub fn selection_run(keep: u32) -> u32 {
+    keep.next_power_of_two().max(CHUNK)
+}
+
+/// Leave the `run` smallest entries of `a[..n]` sorted in `a[..min(n, run)]`
+/// (`run` a power of two at least 64; the rest of `a[..n]` is left in no
+/// particular order), without sorting all of them: runs of `run` entries are
+/// sorted, then folded pairwise ([`fold_runs`]) until one holds the smallest.
+/// For 1,500 entries and `run = 256`, a third fewer compare-exchanges than
+/// [`sort_block`] and fewer barriers. Same contract as [`sort_block`].
+#[inline(always)]
+pub unsafe fn select_smallest<const TH: u32>(a: *mut u64, n: u32, run: u32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        sort_runs::<TH>(a, n, run);
+        let mut gap = run;
+        while gap < n {
+            fold_runs::<TH>(a, n, run, gap);
+            gap *= 2;
+        }
+    }
+}
+
+/// One level of [`select_smallest`]: for every `b` a multiple of `2 gap`
+/// whose partner run at `b + gap` starts below `n`, entry `p` of the sorted
+/// run at `b` keeps the smaller of itself and entry `run - 1 - p` of the
+/// sorted partner. That leaves the `run` smallest of both as a bitonic
+/// sequence, which half-cleaners of strides `run / 2` to 1 sort. Runs without
+/// a partner are sorted already and stay so. The partner runs are left as
+/// they were (their entries are not needed again).
+#[inline(always)]
+unsafe fn fold_runs<const TH: u32>(a: *mut u64, n: u32, run: u32, gap: u32) {
+    let t = tid();
+    let step = 2 * gap;
+    let runs = n.div_ceil(step);
+    let run_log = run.trailing_zeros();
+    // SAFETY: every index stays below n; chunk_pass_runs is reached by full
+    // warps.
+    unsafe {
+        let mut j = t;
+        while j < runs * run {
+            let b = (j >> run_log) * step;
+            let p = j & (run - 1);
+            let hi = b + gap + run - 1 - p;
+            if hi < n {
+                let lo = b + p;
+                let y = *a.add(hi as usize);
+                if y < *a.add(lo as usize) {
+                    *a.add(lo as usize) = y;
+                }
+            }
+            j += TH;
+        }
+        sync();
+        let half = run / 2;
+        let mut stride = half;
+        while stride >= CHUNK {
+            let mut j = t;
+            while j < runs * half {
+                let b = (j >> (run_log - 1)) * step;
+                let q = j & (half - 1);
+                let lo = b + (((q & !(stride - 1)) << 1) | (q & (stride - 1)));
+                let hi = lo + stride;
+                if hi < n {
+                    let x = *a.add(lo as usize);
+                    let y = *a.add(hi as usize);
+                    if x > y {
+                        *a.add(lo as usize) = y;
+                        *a.add(hi as usize) = x;
+                    }
+                }
+                j += TH;
+            }
+            sync();
+            stride /= 2;
+        }
+        chunk_pass_runs::<TH>(a, n, run, step);
+        sync();
+    }
+}
+
+/// The half-cleaners of strides 32 to 1 ([`chunk_pass`] without `full`) on
+/// the chunks of the runs of `run` entries that start at multiples of `step`
+/// (`run <= step`, both powers of two at least 64) only.
+#[inline(always)]
+unsafe fn chunk_pass_runs<const TH: u32>(a: *mut u64, n: u32, run: u32, step: u32) {
+    let (lane, warp) = (lane(), tid() >> 5);
+    let chunks_per_run_log = (run / CHUNK).trailing_zeros();
+    let mut c = warp;
+    loop {
+        let base = (c >> chunks_per_run_log) * step + (c & ((run / CHUNK) - 1)) * CHUNK;
+        if base >= n {
+            break;
+        }
+        let (i0, i1) = (base + lane, base + lane + 32);
+        // SAFETY: indices below n are inside the caller's buffer.
+        unsafe {
+            let mut x0 = if i0 < n { *a.add(i0 as usize) } else { u64::MAX };
+            let mut x1 = if i1 < n { *a.add(i1 as usize) } else { u64::MAX };
+            let mut stride = 32;
+            while stride > 0 {
+                chunk_stage(&mut x0, &mut x1, stride, stride, lane);
+                stride /= 2;
+            }
+            if i0 < n {
+                *a.add(i0 as usize) = x0;
+            }
+            if i1 < n {
+                *a.add(i1 as usize) = x1;
+            }
+        }
+        c += TH / 32;
+    }
+}

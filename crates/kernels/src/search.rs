@@ -1,6 +1,8 @@
 //! Launchers of the search kernels (`gpu/src/search.rs`): the per-query
-//! `wave_search` and `fragment_keys`, and the device copies of the views
-//! they read ([`DeviceIndexView`], [`DeviceBatchView`]).
+//! `wave_search` and `fragment_keys`, and the views they read:
+//! [`DeviceIndexView`] (an index view with its copy in device memory, which
+//! `fragment_keys` reads) and [`DeviceBatchView`] (a batch view; `wave_search`
+//! takes both views by value, as kernel parameters).
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 

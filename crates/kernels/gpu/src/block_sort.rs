@@ -97,6 +97,46 @@ unsafe fn chunk_stage(x0: &mut u64, x1: &mut u64, m: u32, top: u32, lane: u32) {
     }
 }
 
+/// The chunk at `base` of `a[..n]` into this lane's two registers (elements
+/// `base + lane` and `base + lane + 32`; past `n`, `u64::MAX`).
+#[inline(always)]
+unsafe fn load_chunk(a: *mut u64, n: u32, base: u32, lane: u32) -> (u64, u64) {
+    let (i0, i1) = (base + lane, base + lane + 32);
+    // SAFETY: indices below n are inside the caller's buffer.
+    unsafe {
+        let x0 = if i0 < n { *a.add(i0 as usize) } else { u64::MAX };
+        let x1 = if i1 < n { *a.add(i1 as usize) } else { u64::MAX };
+        (x0, x1)
+    }
+}
+
+/// [`load_chunk`]'s inverse; elements past `n` are not written.
+#[inline(always)]
+unsafe fn store_chunk(a: *mut u64, n: u32, base: u32, lane: u32, x0: u64, x1: u64) {
+    let (i0, i1) = (base + lane, base + lane + 32);
+    // SAFETY: indices below n are inside the caller's buffer.
+    unsafe {
+        if i0 < n {
+            *a.add(i0 as usize) = x0;
+        }
+        if i1 < n {
+            *a.add(i1 as usize) = x1;
+        }
+    }
+}
+
+/// The half-cleaners of strides 32 to 1 on a chunk in registers, which end
+/// a bitonic merge of a larger size. Called by all lanes of the warp.
+#[inline(always)]
+unsafe fn half_clean(x0: &mut u64, x1: &mut u64, lane: u32) {
+    let mut stride = 32;
+    while stride > 0 {
+        // SAFETY: full warps (the caller's contract).
+        unsafe { chunk_stage(x0, x1, stride, stride, lane) };
+        stride /= 2;
+    }
+}
+
 /// Run the stages `(size, first mask)` of every 64-element chunk of
 /// `a[..n]` in registers, one warp per chunk: with `full`, the whole sort of
 /// each chunk (sizes 2 to 64); else the half-cleaners of strides 32 to 1 that
@@ -107,11 +147,9 @@ unsafe fn chunk_pass<const TH: u32>(a: *mut u64, n: u32, full: bool) {
     let (lane, warp) = (lane(), tid() >> 5);
     let mut base = warp * CHUNK;
     while base < n {
-        let (i0, i1) = (base + lane, base + lane + 32);
-        // SAFETY: indices below n are inside the caller's buffer.
+        // SAFETY: full warps; indices below n are inside the caller's buffer.
         unsafe {
-            let mut x0 = if i0 < n { *a.add(i0 as usize) } else { u64::MAX };
-            let mut x1 = if i1 < n { *a.add(i1 as usize) } else { u64::MAX };
+            let (mut x0, mut x1) = load_chunk(a, n, base, lane);
             if full {
                 let mut size = 2;
                 while size <= CHUNK {
@@ -124,20 +162,28 @@ unsafe fn chunk_pass<const TH: u32>(a: *mut u64, n: u32, full: bool) {
                     size *= 2;
                 }
             } else {
-                let mut stride = 32;
-                while stride > 0 {
-                    chunk_stage(&mut x0, &mut x1, stride, stride, lane);
-                    stride /= 2;
-                }
+                half_clean(&mut x0, &mut x1, lane);
             }
-            if i0 < n {
-                *a.add(i0 as usize) = x0;
-            }
-            if i1 < n {
-                *a.add(i1 as usize) = x1;
-            }
+            store_chunk(a, n, base, lane, x0, x1);
         }
         base += (TH / 32) * CHUNK;
+    }
+}
+
+/// Put the smaller of `a[lo]` and `a[hi]` at `lo` (`lo < hi`); positions
+/// `n` and past count as `u64::MAX`, so nothing happens when `hi >= n`.
+#[inline(always)]
+unsafe fn compare_exchange(a: *mut u64, n: u32, lo: u32, hi: u32) {
+    if hi < n {
+        // SAFETY: lo < hi < n, inside the caller's buffer.
+        unsafe {
+            let x = *a.add(lo as usize);
+            let y = *a.add(hi as usize);
+            if x > y {
+                *a.add(lo as usize) = y;
+                *a.add(hi as usize) = x;
+            }
+        }
     }
 }
 
@@ -180,15 +226,7 @@ unsafe fn sort_runs<const TH: u32>(a: *mut u64, n: u32, run: u32) {
                 let mut j = t;
                 while j < p / 2 {
                     let lo = ((j & !(top - 1)) << 1) | (j & (top - 1));
-                    let hi = lo ^ mask;
-                    if hi < n {
-                        let x = *a.add(lo as usize);
-                        let y = *a.add(hi as usize);
-                        if x > y {
-                            *a.add(lo as usize) = y;
-                            *a.add(hi as usize) = x;
-                        }
-                    }
+                    compare_exchange(a, n, lo, lo ^ mask);
                     j += TH;
                 }
                 sync();
@@ -267,15 +305,7 @@ unsafe fn fold_runs<const TH: u32>(a: *mut u64, n: u32, run: u32, gap: u32) {
                 let b = (j >> (run_log - 1)) * step;
                 let q = j & (half - 1);
                 let lo = b + (((q & !(stride - 1)) << 1) | (q & (stride - 1)));
-                let hi = lo + stride;
-                if hi < n {
-                    let x = *a.add(lo as usize);
-                    let y = *a.add(hi as usize);
-                    if x > y {
-                        *a.add(lo as usize) = y;
-                        *a.add(hi as usize) = x;
-                    }
-                }
+                compare_exchange(a, n, lo, lo + stride);
                 j += TH;
             }
             sync();
@@ -299,22 +329,11 @@ unsafe fn chunk_pass_runs<const TH: u32>(a: *mut u64, n: u32, run: u32, step: u3
         if base >= n {
             break;
         }
-        let (i0, i1) = (base + lane, base + lane + 32);
-        // SAFETY: indices below n are inside the caller's buffer.
+        // SAFETY: full warps; indices below n are inside the caller's buffer.
         unsafe {
-            let mut x0 = if i0 < n { *a.add(i0 as usize) } else { u64::MAX };
-            let mut x1 = if i1 < n { *a.add(i1 as usize) } else { u64::MAX };
-            let mut stride = 32;
-            while stride > 0 {
-                chunk_stage(&mut x0, &mut x1, stride, stride, lane);
-                stride /= 2;
-            }
-            if i0 < n {
-                *a.add(i0 as usize) = x0;
-            }
-            if i1 < n {
-                *a.add(i1 as usize) = x1;
-            }
+            let (mut x0, mut x1) = load_chunk(a, n, base, lane);
+            half_clean(&mut x0, &mut x1, lane);
+            store_chunk(a, n, base, lane, x0, x1);
         }
         c += TH / 32;
     }

@@ -31,8 +31,11 @@
 //! - [`ivf`]: the inverted file that finds each stored fragment's ripple by
 //!   the paper's rule (nearest centroids of many rows, fragment centres, the
 //!   scan of a centre's probed lists);
+//! - [`block_sort`]: block-wide sorts: the plain bitonic network (top-k,
+//!   inverted file), and for the search's rounds the sort of any length (warp
+//!   shuffles below 64 apart) and the selection of the smallest entries;
 //! - [`prims`]: the device primitives they share (warp votes and shuffles,
-//!   shared-memory atomics, 16-byte loads, the block-wide bitonic sorts).
+//!   shared-memory atomics, 16-byte loads).
 #![no_std]
 #![feature(
     abi_ptx,

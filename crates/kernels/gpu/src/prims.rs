@@ -1,6 +1,7 @@
 //! Device primitives: thread indices, barriers, warp votes and shuffles,
-//! shared-memory atomics, read-only 16-byte loads, the block-wide bitonic sort
-//! and the candidate encoding shared by the search and the top-k kernels.
+//! shared-memory atomics, read-only 16-byte loads and the candidate encoding
+//! shared by the search and the top-k kernels (the block-wide sorts are in
+//! [`crate::block_sort`]).
 //!
 //! # Safety (every `unsafe fn` of the kernel crate)
 //!

@@ -91,12 +91,7 @@ pub(super) fn batch_view(
     // where the first round's ripple heads are most of the entries and few
     // recur. A full set drops ids. Small batches take more slots per entry
     // ([`visited_slots_per_entry`]) where the shared memory has room.
-    let slots = |per_entry: u32| {
-        entries
-            .saturating_mul(per_entry)
-            .next_power_of_two()
-            .clamp(64, MAX_HASH_SLOTS)
-    };
+    let slots = |per_entry: f32| visited_slots(entries, per_entry, MAX_HASH_SLOTS);
     let per_entry = visited_slots_per_entry(nq, s);
     let st = s.stream();
     let two_products = dev.projection.two_for(nq).is_some();
@@ -134,8 +129,8 @@ pub(super) fn batch_view(
         scratch_per_query: 0,
         stop_after: 0,
     };
-    if per_entry > 1 && SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
-        view.hash_slots = slots(1);
+    if per_entry > 1.0 && SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
+        view.hash_slots = slots(1.0);
     }
     if SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
         view.hash_slots = entries.next_power_of_two().clamp(64, MAX_SPILL_HASH_SLOTS);
@@ -153,9 +148,16 @@ pub(super) fn batch_view(
     Ok(view)
 }
 
+/// Visited-set slots for `entries` entries at `per_entry` slots each: a
+/// power of two from 64 to `max`.
+fn visited_slots(entries: u32, per_entry: f32, max: u32) -> u32 {
+    let want = (entries as f64 * per_entry as f64).ceil().min(max as f64) as u32;
+    want.max(64).next_power_of_two().min(max)
+}
+
 /// Visited-set slots per entry a query may read when the batch has at most
 /// one query per multiprocessor ([`visited_slots_per_entry`]).
-const SPARE_SMEM_SLOTS_PER_ENTRY: u32 = 4;
+const SPARE_SMEM_SLOTS_PER_ENTRY: f32 = 4.0;
 
 /// Visited-set slots per entry a query of a batch of `nq` may read (before
 /// rounding up to a power of two). One for large batches, where the set's
@@ -168,15 +170,18 @@ const SPARE_SMEM_SLOTS_PER_ENTRY: u32 = 4;
 /// batch-100 latency was 1.3-1.7 times that of r = 16, which reads more
 /// entries into a set of twice the slots.
 /// `OCTEX_GPU_VISITED_SLOTS_PER_ENTRY` sets it for every batch, for
-/// measurements.
-fn visited_slots_per_entry(nq: usize, gpu: &Gpu) -> u32 {
-    static FORCED: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+/// measurements. It may be a fraction from 1/16 (a set smaller than the
+/// entries read, so more blocks fit a multiprocessor at large `S W`): the
+/// set holds distinct ids only, but one that fills drops the ids it cannot
+/// place, which shows as lost recall.
+fn visited_slots_per_entry(nq: usize, gpu: &Gpu) -> f32 {
+    static FORCED: std::sync::OnceLock<Option<f32>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| {
         let v = std::env::var("OCTEX_GPU_VISITED_SLOTS_PER_ENTRY").ok()?;
-        let parsed = v.parse::<u32>().ok().filter(|f| (1..=64).contains(f));
+        let parsed = parse_slots_per_entry(&v);
         if parsed.is_none() {
             tracing::warn!(
-                "OCTEX_GPU_VISITED_SLOTS_PER_ENTRY={v} is not a number from 1 to 64; ignored"
+                "OCTEX_GPU_VISITED_SLOTS_PER_ENTRY={v} is not a number from 0.0625 to 64; ignored"
             );
         }
         parsed
@@ -184,7 +189,47 @@ fn visited_slots_per_entry(nq: usize, gpu: &Gpu) -> u32 {
     match forced {
         Some(f) => *f,
         None if nq <= gpu.multiprocessors() as usize => SPARE_SMEM_SLOTS_PER_ENTRY,
-        None => 1,
+        None => 1.0,
+    }
+}
+
+/// `OCTEX_GPU_VISITED_SLOTS_PER_ENTRY`'s value, when it is a number from
+/// 1/16 to 64.
+fn parse_slots_per_entry(v: &str) -> Option<f32> {
+    v.trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|f| (0.0625..=64.0).contains(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visited_slots_round_up_to_powers_of_two_within_bounds() {
+        // GloVe-50 at C = 128, r8 S96 W4: 1,024 + 64 first-round entries
+        // and 12,288 row entries.
+        let entries = 1_024 + 64 + 4 * 96 * 32;
+        assert_eq!(visited_slots(entries, 1.0, MAX_HASH_SLOTS), 16_384);
+        assert_eq!(visited_slots(entries, 0.5, MAX_HASH_SLOTS), 8_192);
+        assert_eq!(visited_slots(entries, 4.0, MAX_HASH_SLOTS), MAX_HASH_SLOTS);
+        assert_eq!(visited_slots(10, 1.0, MAX_HASH_SLOTS), 64);
+        assert_eq!(
+            visited_slots(u32::MAX, 64.0, MAX_HASH_SLOTS),
+            MAX_HASH_SLOTS
+        );
+        assert_eq!(visited_slots(4_096, 1.0, MAX_HASH_SLOTS), 4_096);
+    }
+
+    #[test]
+    fn slots_per_entry_parse_fractions_and_refuse_the_rest() {
+        assert_eq!(parse_slots_per_entry("0.5"), Some(0.5));
+        assert_eq!(parse_slots_per_entry(" 4 "), Some(4.0));
+        assert_eq!(parse_slots_per_entry("0.01"), None);
+        assert_eq!(parse_slots_per_entry("65"), None);
+        assert_eq!(parse_slots_per_entry("NaN"), None);
+        assert_eq!(parse_slots_per_entry("two"), None);
     }
 }
 

@@ -202,37 +202,6 @@ fn parse_slots_per_entry(v: &str) -> Option<f32> {
         .filter(|f| (0.0625..=64.0).contains(f))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn visited_slots_round_up_to_powers_of_two_within_bounds() {
-        // GloVe-50 at C = 128, r8 S96 W4: 1,024 + 64 first-round entries
-        // and 12,288 row entries.
-        let entries = 1_024 + 64 + 4 * 96 * 32;
-        assert_eq!(visited_slots(entries, 1.0, MAX_HASH_SLOTS), 16_384);
-        assert_eq!(visited_slots(entries, 0.5, MAX_HASH_SLOTS), 8_192);
-        assert_eq!(visited_slots(entries, 4.0, MAX_HASH_SLOTS), MAX_HASH_SLOTS);
-        assert_eq!(visited_slots(10, 1.0, MAX_HASH_SLOTS), 64);
-        assert_eq!(
-            visited_slots(u32::MAX, 64.0, MAX_HASH_SLOTS),
-            MAX_HASH_SLOTS
-        );
-        assert_eq!(visited_slots(4_096, 1.0, MAX_HASH_SLOTS), 4_096);
-    }
-
-    #[test]
-    fn slots_per_entry_parse_fractions_and_refuse_the_rest() {
-        assert_eq!(parse_slots_per_entry("0.5"), Some(0.5));
-        assert_eq!(parse_slots_per_entry(" 4 "), Some(4.0));
-        assert_eq!(parse_slots_per_entry("0.01"), None);
-        assert_eq!(parse_slots_per_entry("65"), None);
-        assert_eq!(parse_slots_per_entry("NaN"), None);
-        assert_eq!(parse_slots_per_entry("two"), None);
-    }
-}
-
 /// The projection of a batch ([`Projection`]): the principal coordinates and
 /// the projections into all copies, both before their biases (the search
 /// kernel accounts for them, so no kernel runs between the products).
@@ -305,4 +274,35 @@ pub(super) fn capture(
         )));
     }
     g.capture(|| project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visited_slots_round_up_to_powers_of_two_within_bounds() {
+        // GloVe-50 at C = 128, r8 S96 W4: 1,024 + 64 first-round entries
+        // and 12,288 row entries.
+        let entries = 1_024 + 64 + 4 * 96 * 32;
+        assert_eq!(visited_slots(entries, 1.0, MAX_HASH_SLOTS), 16_384);
+        assert_eq!(visited_slots(entries, 0.5, MAX_HASH_SLOTS), 8_192);
+        assert_eq!(visited_slots(entries, 4.0, MAX_HASH_SLOTS), MAX_HASH_SLOTS);
+        assert_eq!(visited_slots(10, 1.0, MAX_HASH_SLOTS), 64);
+        assert_eq!(
+            visited_slots(u32::MAX, 64.0, MAX_HASH_SLOTS),
+            MAX_HASH_SLOTS
+        );
+        assert_eq!(visited_slots(4_096, 1.0, MAX_HASH_SLOTS), 4_096);
+    }
+
+    #[test]
+    fn slots_per_entry_parse_fractions_and_refuse_the_rest() {
+        assert_eq!(parse_slots_per_entry("0.5"), Some(0.5));
+        assert_eq!(parse_slots_per_entry(" 4 "), Some(4.0));
+        assert_eq!(parse_slots_per_entry("0.01"), None);
+        assert_eq!(parse_slots_per_entry("65"), None);
+        assert_eq!(parse_slots_per_entry("NaN"), None);
+        assert_eq!(parse_slots_per_entry("two"), None);
+    }
 }

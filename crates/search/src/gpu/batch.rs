@@ -282,9 +282,9 @@ mod tests {
 
     #[test]
     fn visited_slots_round_up_to_powers_of_two_within_bounds() {
-        // GloVe-50 at C = 128, r8 S96 W4: 1,024 + 64 first-round entries
+        // GloVe-50 at C = 128, r8 S96 W4: 1,024 ripple entries, 256 seeds
         // and 12,288 row entries.
-        let entries = 1_024 + 64 + 4 * 96 * 32;
+        let entries = 1_024 + 256 + 4 * 96 * 32;
         assert_eq!(visited_slots(entries, 1.0, MAX_HASH_SLOTS), 16_384);
         assert_eq!(visited_slots(entries, 0.5, MAX_HASH_SLOTS), 8_192);
         assert_eq!(visited_slots(entries, 4.0, MAX_HASH_SLOTS), MAX_HASH_SLOTS);

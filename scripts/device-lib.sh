@@ -20,7 +20,7 @@ bench() {
   local set=$1; shift
   local peers=(); [ -f /tmp/site/env.sh ] && source /tmp/site/env.sh && peers=(--peers)
   OCTEX_DATA=$D/data OCTEX_LOG=warn timeout "${BENCH_LIMIT:-480}" "$D/bin/xtask" bench --data "$set" --backend gpu --out "$D/out/b-$set" --repeats 3 --recall 0.95 --recall 0.99 "${peers[@]}" "$@" > "$OUT/bench-$set.log" 2>&1
-  echo "== $set ${peers[*]} $* (rc $?)"; grep -E "^  0\.|^--recall|kernel phases|parity|octex build|achieved" "$OUT/bench-$set.log" | cut -c1-260 | head -40
+  echo "== $set ${peers[*]} $* (rc $?)"; grep -E "^  0\.|^--recall|kernel phases|parity|octex build|peak DRAM" "$OUT/bench-$set.log" | cut -c1-330 | head -40
   cp "$D/out/b-$set/results-gpu.json" "$OUT/$set-results-gpu.json"
 }
 tests() {

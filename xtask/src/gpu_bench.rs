@@ -205,8 +205,10 @@ pub fn run(
         max_batch: batch,
     })?;
     let device = g.device();
+    let peak_gbps = g.peak_memory_bandwidth().map(|b| b / 1e9);
     println!(
-        "GPU: {device}; index in device memory: {:.1} MiB",
+        "GPU: {device}; peak DRAM bandwidth {}; index in device memory: {:.1} MiB",
+        peak_gbps.map_or("not reported".into(), |b| format!("{b:.0} GB/s")),
         g.index_bytes() as f64 / (1 << 20) as f64
     );
     let small = &queries[..dim * nq.min(100)];
@@ -428,10 +430,16 @@ pub fn run(
         let qps = best.and_then(|b| b["qps"].as_f64());
         let peer_qps = peer.and_then(|b| b["qps"].as_f64());
         let ratio = qps.zip(peer_qps).map(|(a, b)| a / b);
+        // The best point's bytes read (by the kernel's count) per second, and
+        // that as a share of the card's peak.
+        let gbps = best.and_then(|b| b["achieved_gbps"].as_f64());
+        let of_peak = gbps.zip(peak_gbps).map(|(a, p)| a / p);
         println!(
-            "  {target:.3}: octex GPU {:>10} QPS ({}), batch-100 latency {} ms, batch-1 {} ms; best cuVS {:>10} ({} {}); ratio {}",
+            "  {target:.3}: octex GPU {:>10} QPS ({}), {} GB/s ({} of peak), batch-100 latency {} ms, batch-1 {} ms; best cuVS {:>10} ({} {}); ratio {}",
             qps.map_or("-".into(), |q| format!("{q:.0}")),
             best.map_or("-".into(), |b| b["params"].to_string()),
+            gbps.map_or("-".into(), |g| format!("{g:.0}")),
+            of_peak.map_or("-".into(), |f| format!("{:.0}%", 100.0 * f)),
             if lat.is_finite() { format!("{lat:.3}") } else { "-".into() },
             if lat1.is_finite() { format!("{lat1:.3}") } else { "-".into() },
             peer_qps.map_or("-".into(), |q| format!("{q:.0}")),
@@ -442,13 +450,14 @@ pub fn run(
         summary.push(json!({"target": target, "octex_gpu_qps": qps, "params": best.map(|b| b["params"].clone()),
             "latency100_device_ms": if lat.is_finite() { Some(lat) } else { None },
             "latency1_device_ms": if lat1.is_finite() { Some(lat1) } else { None },
+            "achieved_gbps": gbps, "fraction_of_peak_bandwidth": of_peak,
             "best_cuvs": peer, "ratio_vs_best_cuvs": ratio}));
     }
     let results = json!({
         "dataset": ds.manifest,
         "queries": batch,
         "backend": "gpu",
-        "machine": {"gpu": device, "cpu": machine()["cpu"], "threads": rayon::current_num_threads()},
+        "machine": {"gpu": device, "peak_dram_gbps": peak_gbps, "cpu": machine()["cpu"], "threads": rayon::current_num_threads()},
         "build": build,
         "points": points,
         "phases_ms": times,

@@ -63,6 +63,12 @@ const NARROW_SEARCH_BLOCKS_PER_SM: u32 = 8;
 /// batches of at most one query per multiprocessor.
 const LATENCY_SEARCH_BLOCKS_PER_SM: u32 = 1;
 
+/// Bytes per second of a double-data-rate memory at `clock_khz` on a bus
+/// of `bus_bits`.
+fn peak_bandwidth(clock_khz: f64, bus_bits: f64) -> f64 {
+    2.0 * clock_khz * 1e3 * bus_bits / 8.0
+}
+
 /// Add `.maxntid` / `.minnctapersm` (CUDA's `__launch_bounds__`) to one entry
 /// of a PTX module; rustc has no attribute for them.
 pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u32) -> String {
@@ -318,6 +324,24 @@ impl Gpu {
         format!("{name} ({mem:.0} GiB)")
     }
 
+    /// The card's theoretical DRAM bandwidth in bytes per second: twice the
+    /// memory clock (double data rate) times the bus width, as the driver
+    /// reports them (the formula of CUDA's `deviceQuery`); `None` when it
+    /// reports neither.
+    pub fn peak_memory_bandwidth(&self) -> Option<f64> {
+        let attribute = |a| {
+            self.ctx
+                .attribute(a)
+                .ok()
+                .filter(|&v| v > 0)
+                .map(|v| v as f64)
+        };
+        let clock_khz = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?;
+        let bus_bits =
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?;
+        Some(peak_bandwidth(clock_khz, bus_bits))
+    }
+
     /// Free and total device memory in bytes, as the driver reports them now.
     pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
         self.ctx.bind_to_thread()?;
@@ -428,5 +452,18 @@ impl Gpu {
         // SAFETY: a valid handle; the mode only changes how later products run.
         unsafe { blas_sys::cublasSetMathMode(*self.blas.handle(), mode) }.result()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peak_bandwidth;
+
+    #[test]
+    fn peak_bandwidth_is_double_data_rate_times_the_bus() {
+        // An H100 SXM as the driver reports it: 2,619 MHz, 5,120 bits; its
+        // data sheet says 3.35 TB/s.
+        let b = peak_bandwidth(2_619_000.0, 5_120.0);
+        assert!((b / 3.35e12 - 1.0).abs() < 0.01, "{b}");
     }
 }

@@ -151,6 +151,12 @@ impl GpuSearcher {
         self.gpu.describe()
     }
 
+    /// The card's theoretical DRAM bandwidth in bytes per second, when the
+    /// driver reports its memory clock and bus width.
+    pub fn peak_memory_bandwidth(&self) -> Option<f64> {
+        self.gpu.peak_memory_bandwidth()
+    }
+
     /// The index it searches (a handle of the same shared copy).
     pub fn index(&self) -> &Index {
         &self.index

@@ -326,8 +326,7 @@ impl Gpu {
 
     /// The card's theoretical DRAM bandwidth in bytes per second: twice the
     /// memory clock (double data rate) times the bus width, as the driver
-    /// reports them (the formula of CUDA's `deviceQuery`); `None` when it
-    /// reports neither.
+    /// reports them; `None` unless it reports both.
     pub fn peak_memory_bandwidth(&self) -> Option<f64> {
         let attribute = |a| {
             self.ctx

@@ -41,6 +41,11 @@ pub struct BenchArgs {
     /// A smaller parameter grid.
     #[arg(long)]
     pub quick: bool,
+    /// Sweep only these search shapes, as start points x waves
+    /// (`--shapes 32x3,48x4`), each with the grid's rerank and read depths;
+    /// instead of the built-in (S, W) pairs of the full or quick grid.
+    #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
+    pub shapes: Vec<(usize, usize)>,
     /// Recall@10 targets (repeatable): each adds, before the grid, the point
     /// `Index::params_for_recall` tunes for it, so its real recall and speed
     /// are measured beside the sweep.
@@ -52,10 +57,25 @@ pub struct BenchArgs {
     pub build: BuildFlags,
 }
 
-/// The sweep: (r, S, W, R).
-fn grid(quick: bool) -> Vec<SearchParams> {
+/// One `--shapes` item, `SxW` (start points x waves), both at least 1.
+fn parse_shape(v: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{v:?} is not a search shape: start points x waves, as in 32x3");
+    let (s, w) = v.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+    let s: usize = s.trim().parse().map_err(|_| bad())?;
+    let w: usize = w.trim().parse().map_err(|_| bad())?;
+    if s == 0 || w == 0 {
+        return Err(bad());
+    }
+    Ok((s, w))
+}
+
+/// The sweep: (r, S, W, R); `shapes`, when given, are the only (S, W)
+/// pairs (no high-recall or cheap end).
+fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
     let mut g = Vec::new();
-    let sw: &[(usize, usize)] = if quick {
+    let sw: &[(usize, usize)] = if !shapes.is_empty() {
+        shapes
+    } else if quick {
         &[(8, 1), (16, 1), (16, 2), (32, 2), (32, 3), (64, 3), (64, 4)]
     } else {
         &[
@@ -93,13 +113,16 @@ fn grid(quick: bool) -> Vec<SearchParams> {
         }
     }
     // Deeper reranks, once or in every wave (the high-recall end).
-    if !quick {
+    if !quick && shapes.is_empty() {
         g.extend(high_recall_points(
             &[(64, 3), (128, 4), (256, 4)],
             &[64, 128],
         ));
     }
     // The cheap end: shallower reads and reranks.
+    if !shapes.is_empty() {
+        return g;
+    }
     for (r, s, w, rr) in [(8, 4, 1, 16), (8, 8, 1, 16), (16, 8, 1, 16), (8, 16, 2, 32)] {
         g.push(SearchParams {
             read_depth: r,
@@ -300,6 +323,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             &tuned,
             args.repeats,
             args.quick,
+            &args.shapes,
             args.peers,
             &args.out,
         );
@@ -308,7 +332,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     // octex sweep.
     let mut points = Vec::new();
     let mut searcher = open(&index, Backend::Cpu, nq)?;
-    for p in tuned.iter().copied().chain(grid(args.quick)) {
+    for p in tuned.iter().copied().chain(grid(args.quick, &args.shapes)) {
         warm_up(&mut searcher, &queries, dim, 10, &p, nq)?;
         let mut times = Vec::new();
         let mut ids = Vec::new();
@@ -520,4 +544,24 @@ pub fn plot_results(r: &Value, out: &Path) -> Result<()> {
         }
     }
     pareto_png(out, &plot_title(r), &series)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_and_replace_the_grid() {
+        assert_eq!(parse_shape("32x3"), Ok((32, 3)));
+        assert_eq!(parse_shape(" 48X4 "), Ok((48, 4)));
+        for bad in ["32", "0x3", "32x0", "ax3", "32x3x1", ""] {
+            assert!(parse_shape(bad).is_err(), "{bad:?} was accepted");
+        }
+        let g = grid(false, &[(32, 3), (48, 4)]);
+        assert!(!g.is_empty());
+        assert!(g
+            .iter()
+            .all(|p| [(32, 3), (48, 4)].contains(&(p.start_points, p.waves))));
+        assert!(grid(false, &[]).len() > g.len());
+    }
 }

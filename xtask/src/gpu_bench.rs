@@ -37,8 +37,13 @@ fn sweep(sw: &[(usize, usize)], reranks: &[usize], read_depths: &[usize]) -> Vec
 }
 
 /// The GPU sweep: (S, W) pairs, each with several `R` and `r`; `quick`
-/// (`bench --quick`) keeps 42 points of the middle.
-fn grid(quick: bool) -> Vec<SearchParams> {
+/// (`bench --quick`) keeps 42 points of the middle; `shapes` (`bench
+/// --shapes`), when given, are the only (S, W) pairs, with the quick grid's
+/// `R` and `r`.
+fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
+    if !shapes.is_empty() {
+        return sweep(shapes, &[16, 32], &[8, 12, 16]);
+    }
     if quick {
         // Measurements that compare builds on one index: the points near
         // recall 0.95-0.995 on the sets of the README, without the high end.
@@ -195,6 +200,7 @@ pub fn run(
     tuned: &[SearchParams],
     repeats: usize,
     quick: bool,
+    shapes: &[(usize, usize)],
     peers: bool,
     out: &std::path::Path,
 ) -> Result<()> {
@@ -216,7 +222,7 @@ pub fn run(
     // transfers of one batch overlap the search of the previous one).
     let streamed: Vec<f32> = queries[..batch * dim].repeat(4);
     let mut points = Vec::new();
-    for p in tuned.iter().copied().chain(grid(quick)) {
+    for p in tuned.iter().copied().chain(grid(quick, shapes)) {
         let r = match g.search(&queries[..batch * dim], 10, &p) {
             Ok(r) => r,
             Err(e) => {

@@ -72,10 +72,14 @@ const SPREAD_BLOCKS: u32 = 8;
 /// rounded up to a power of two), each takes such a group, one E8 block per
 /// lane (the decoding is most of a key's serial work); the points are
 /// shuffled to every lane of the group in block order and hashed there, and
-/// the group's first lane looks the key up. Otherwise, and for copies of more
-/// than [`SPREAD_BLOCKS`] blocks, one thread per (copy, spacing): spreading
-/// would take several passes, each with the shuffles and the hashing on every
-/// lane, where one pass of the serial decoding keeps the block busy.
+/// the group's first lane looks the key up. In the 128-thread narrow build,
+/// where full groups would take two passes but groups of half the lanes fit
+/// one (C = 32 with two spacings: 64 pairs of four blocks), each lane decodes
+/// two blocks ([`find_fragments_half_groups`]). Otherwise, and for copies of
+/// more than [`SPREAD_BLOCKS`] blocks, one thread per (copy, spacing):
+/// spreading would take several passes, each with the shuffles and the
+/// hashing on every lane, where one pass of the serial decoding keeps the
+/// block busy.
 /// Measured (H200, batch 10,000 unless said):
 /// - synth-1m, C = 32 (64 pairs; same index and lease, spread in every build
 ///   against none): the 256-thread builds (one pass) 3-6% faster at S32-S64,
@@ -103,6 +107,15 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
     // the length of hits.
     unsafe {
         let lanes = ix.blocks.next_power_of_two();
+        // A constant condition first: the other builds compile without it.
+        if TH <= HALF_GROUP_MAX_THREADS
+            && (2..=SPREAD_BLOCKS).contains(&lanes)
+            && items * lanes > TH
+            && items * (lanes / 2) <= TH
+        {
+            find_fragments_half_groups::<TH>(ix, bt, qi, hits, lanes / 2);
+            return;
+        }
         if ix.blocks > SPREAD_BLOCKS || items * lanes > TH {
             let mut i = t;
             while i < items {
@@ -144,6 +157,83 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
                         h.push_pair(q[2 * k], q[2 * k + 1]);
                     }
                 }
+            }
+            if b == 0 && i < items {
+                *hits.add(i as usize) = lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);
+            }
+            first += TH;
+        }
+    }
+}
+
+/// Blocks of at most this many threads decode in half groups
+/// ([`find_fragments_half_groups`]) where full groups need two passes.
+/// Measured on synth-1m (H200, batch 10,000, same index and lease, two runs
+/// each, interleaved; `docs/bench/half-groups-ab/`): a first version, which
+/// took half groups by a rule in every build, made the narrow build's points
+/// (W1) 4.3% faster (the best at 0.95-0.995 by 4.4-5.1%; the decode-and-lookup
+/// phase at S16 W1 0.168 -> 0.125 ms) but the 256-thread builds' 2.8% slower
+/// (W >= 3), with no change of rule there; so only the narrow build has it.
+const HALF_GROUP_MAX_THREADS: u32 = 128;
+
+/// [`find_fragments`] in groups of `lanes` lanes per (copy, spacing), half
+/// the blocks per copy rounded up to a power of two: lane `b` decodes block
+/// `b`, then block `b + lanes` where the copy has it, each hashed (in block
+/// order) before the next is decoded, so that one array of points is live
+/// at a time. `copies x spacings x lanes <= TH`; called by every thread.
+///
+/// # Safety
+/// As [`find_fragments`].
+#[inline(always)]
+unsafe fn find_fragments_half_groups<const TH: u32>(
+    ix: &IndexView,
+    bt: &BatchView,
+    qi: u32,
+    hits: *mut u32,
+    lanes: u32,
+) {
+    let t = tid();
+    let cd = 8 * ix.blocks;
+    let nsp = ix.spacings;
+    let items = ix.copies * nsp;
+    // Groups of `lanes` (a power of two dividing 32) never straddle a warp.
+    let (b, leader) = (t % lanes, (t & 31) & !(lanes - 1));
+    // SAFETY: as in find_fragments: z holds width values per query, the
+    // search shifts nsp x width values, the spacings nsp values; blocks stay
+    // below ix.blocks; i < items = the length of hits.
+    unsafe {
+        let decode = |i: u32, block: u32| {
+            let (c, sp) = (i / nsp, i % nsp);
+            let o = (c * cd + 8 * block) as usize;
+            let z = (bt.z as *const f32).add(qi as usize * bt.z_stride as usize + o);
+            let shift = (ix.search_shifts as *const f32).add((sp * ix.width) as usize + o);
+            let inv = *(ix.inv_spacings as *const f32).add(sp as usize);
+            let y: [f32; 8] = core::array::from_fn(|k| *z.add(k) * inv + *shift.add(k));
+            decode_e8(&y).0
+        };
+        // Block-uniform bounds: every lane reaches the shuffles.
+        let mut first = 0;
+        while first < items * lanes {
+            let i = (first + t) / lanes;
+            let mut h = KeyHasher::for_key(cd as usize);
+            let mut done = 0;
+            while done < ix.blocks {
+                let mut p = [0i32; 8];
+                if i < items && done + b < ix.blocks {
+                    p = decode(i, done + b);
+                }
+                for j in 0..SPREAD_BLOCKS {
+                    if j < lanes && done + j < ix.blocks {
+                        let mut q = [0i32; 8];
+                        for k in 0..8 {
+                            q[k] = shfl_idx_u32(p[k] as u32, leader + j) as i32;
+                        }
+                        for k in 0..4 {
+                            h.push_pair(q[2 * k], q[2 * k + 1]);
+                        }
+                    }
+                }
+                done += lanes;
             }
             if b == 0 && i < items {
                 *hits.add(i as usize) = lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);

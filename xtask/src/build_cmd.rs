@@ -47,7 +47,7 @@ pub struct BuildFlags {
     /// Sketch width w, a multiple of 16 (default by D).
     #[arg(long)]
     pub sketch_width: Option<usize>,
-    /// Neighbour row length Lt (default 32).
+    /// Neighbour row length Lt (default 64, the paper's).
     #[arg(long)]
     pub row_len: Option<usize>,
     /// Forward neighbours at the head of a row (default Lt/2).

@@ -19,6 +19,22 @@ pub enum RowMethod {
     Search,
 }
 
+/// Default neighbour row length `Lt`: the paper's 64. Rows of 32 were the
+/// default before; measured against 64 (H200, batch 10,000, same lease and
+/// binary, best QPS at recall@10 0.95 / 0.99 / 0.995; `docs/bench/row-length/`):
+/// - GloVe-50, C = 32: +17% / +21% / 1.23M QPS at 0.995, which rows of 32
+///   did not reach up to S128 W4 (an earlier lease: 0.55M, at S128 W5);
+/// - GloVe-50, C = 128: +23% / +8% / +25%;
+/// - synth-1m: -6% / -4% / 0%;
+/// - Fashion-MNIST: -8% / -2% / -3%.
+///
+/// Easy data, which one wave answers, loses a little to the longer rows; hard
+/// data, which needs several waves, gains more, and the CPU backend gains
+/// there too (GloVe-50 C = 128, 2 cores: 0.99 at 7.2k QPS against 7.0k,
+/// 0.995 at 6.1k where rows of 32 stop at 0.994). The rows take `4 Lt`
+/// bytes a vector: 128 more than at 32.
+pub const DEFAULT_ROW_LEN: usize = 64;
+
 /// What to build. `None` fields take defaults that scale with `n` and `D`
 /// (see [`BuildParams::resolve`]); every field is documented with its default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -65,7 +81,7 @@ pub struct BuildParams {
     /// [`crate::sketch::AUTO_VARIANCE`] of the variance
     /// ([`crate::sketch::width_for_spectrum`]).
     pub sketch_width: Option<usize>,
-    /// Neighbour row length `Lt`. Default 32.
+    /// Neighbour row length `Lt`. Default [`DEFAULT_ROW_LEN`] (64).
     pub row_len: Option<usize>,
     /// Forward neighbours at the head of a row, `k_f`. Default `Lt / 2`.
     pub forward_head: Option<usize>,
@@ -209,7 +225,7 @@ impl BuildParams {
     /// Fill in defaults for `n` vectors of stored dimension `dim`, without
     /// a memory budget (see [`Self::resolve_for_target`]).
     pub fn resolve(&self, n: usize, dim: usize) -> ResolvedParams {
-        let row_len = self.row_len.unwrap_or(32).max(1);
+        let row_len = self.row_len.unwrap_or(DEFAULT_ROW_LEN).max(1);
         ResolvedParams {
             n,
             dim,

@@ -202,6 +202,9 @@ unsafe fn find_fragments_half_groups<const TH: u32>(
     // search shifts nsp x width values, the spacings nsp values; blocks stay
     // below ix.blocks; i < items = the length of hits.
     unsafe {
+        // The same decoding as find_fragments' full groups, written out again:
+        // a shared helper changed the PTX of every build, and the A/B above
+        // measured the other builds' code as it is.
         let decode = |i: u32, block: u32| {
             let (c, sp) = (i / nsp, i % nsp);
             let o = (c * cd + 8 * block) as usize;

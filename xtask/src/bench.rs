@@ -451,6 +451,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     let results = json!({
         "dataset": ds.manifest,
         "queries": nq,
+        "grid": {"quick": args.quick, "shapes": args.shapes},
         "machine": machine(),
         "build": build,
         "peer_builds": peer_builds,

@@ -463,6 +463,7 @@ pub fn run(
         "dataset": ds.manifest,
         "queries": batch,
         "backend": "gpu",
+        "grid": {"quick": quick, "shapes": shapes},
         "machine": {"gpu": device, "peak_dram_gbps": peak_gbps, "cpu": machine()["cpu"], "threads": rayon::current_num_threads()},
         "build": build,
         "points": points,

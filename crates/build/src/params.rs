@@ -30,9 +30,10 @@ pub enum RowMethod {
 ///
 /// Easy data, which one wave answers, loses a little to the longer rows; hard
 /// data, which needs several waves, gains more, and the CPU backend gains
-/// there too (GloVe-50 C = 128, 2 cores: 0.99 at 7.2k QPS against 7.0k,
-/// 0.995 at 6.1k where rows of 32 stop at 0.994). The rows take `4 Lt`
-/// bytes a vector: 128 more than at 32.
+/// there too (GloVe-50 defaults, 2 cores: recall 0.988 at 10.4k QPS against
+/// 8.4k; 0.99 and up only with rows of 64). The rows take `4 Lt` bytes a
+/// vector (128 more than at 32), and a CPU build's rows about twice the time
+/// (GloVe-50: 24 -> 46 s).
 pub const DEFAULT_ROW_LEN: usize = 64;
 
 /// What to build. `None` fields take defaults that scale with `n` and `D`

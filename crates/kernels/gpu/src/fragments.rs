@@ -104,7 +104,8 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
     let items = ix.copies * nsp;
     // SAFETY: z holds width values per query (rows z_stride apart), the
     // search shifts nsp x width values, the spacings nsp values; i < items =
-    // the length of hits.
+    // the length of hits. The half groups get the same views and a group
+    // size for which items x lanes <= TH, as their contract asks.
     unsafe {
         let lanes = ix.blocks.next_power_of_two();
         // A constant condition first: the other builds compile without it.

@@ -112,17 +112,17 @@ fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
             });
         }
     }
+    if !shapes.is_empty() {
+        return g;
+    }
     // Deeper reranks, once or in every wave (the high-recall end).
-    if !quick && shapes.is_empty() {
+    if !quick {
         g.extend(high_recall_points(
             &[(64, 3), (128, 4), (256, 4)],
             &[64, 128],
         ));
     }
     // The cheap end: shallower reads and reranks.
-    if !shapes.is_empty() {
-        return g;
-    }
     for (r, s, w, rr) in [(8, 4, 1, 16), (8, 8, 1, 16), (16, 8, 1, 16), (8, 16, 2, 32)] {
         g.push(SearchParams {
             read_depth: r,

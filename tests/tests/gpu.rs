@@ -156,9 +156,11 @@ fn cpu_and_gpu_agree() {
             rerank: 16,
             wave_rerank: false,
         },
+        // Near the top of a block's shared memory at rows of 64 (one block
+        // per multiprocessor: the latency build; S128 W4 would spill).
         SearchParams {
             read_depth: 16,
-            start_points: 128,
+            start_points: 96,
             waves: 4,
             rerank: 64,
             wave_rerank: false,
@@ -174,7 +176,7 @@ fn cpu_and_gpu_agree() {
         },
         SearchParams {
             read_depth: 16,
-            start_points: 128,
+            start_points: 96,
             waves: 4,
             rerank: 32,
             wave_rerank: true,
@@ -421,9 +423,12 @@ fn cpu_and_gpu_builds(
     rows: octex_build::RowMethod,
 ) -> (octex_build::Built, octex_build::Built) {
     let build_on = |backend| {
+        // Rows of 32: the longest the GPU's exact rows take (longer ones
+        // are built on the CPU), so that exact rows run on the GPU.
         let params = octex_build::BuildParams {
             backend,
             row_method: rows,
+            row_len: Some(32),
             ..test_params()
         };
         octex_build::build(base, dim, Metric::L2, &params).unwrap()

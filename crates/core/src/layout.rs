@@ -173,7 +173,8 @@ pub struct BatchView {
     pub rerank: u32,
     /// `M = max(R, S*W, S, k)`: candidates kept.
     pub keep: u32,
-    /// Slots of the visited set (a power of two).
+    /// Slots of the visited set: any count (the host takes a power of two
+    /// or a multiple of 32).
     pub hash_slots: u32,
     /// Entries of the candidate buffer: the kept candidates plus one round's
     /// new entries (the block sort takes any length).

@@ -144,8 +144,18 @@ pub struct Gpu {
     /// every multiprocessor).
     pub(crate) narrow_min_batch: u32,
     /// Most queries of a `wave_search_latency` launch (one per
-    /// multiprocessor).
+    /// multiprocessor), unless only one block fits a multiprocessor
+    /// (`two_blocks_max_smem`).
     pub(crate) latency_max_batch: u32,
+    /// Most dynamic shared memory with which two search blocks fit one
+    /// multiprocessor: past it, batches of any size run one block per
+    /// multiprocessor, and the latency build gives that block its threads.
+    /// `OCTEX_GPU_ONE_BLOCK_LATENCY=0` turns that choice off (measurements):
+    /// then `usize::MAX`.
+    pub(crate) two_blocks_max_smem: usize,
+    /// Shared memory of a multiprocessor, and what each block reserves of it.
+    smem_per_sm: usize,
+    smem_reserved: usize,
     multiprocessors: u32,
     /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow, latency): one build for every
     /// launch whose large arrays are in shared memory, whatever its shared
@@ -254,6 +264,10 @@ impl Gpu {
             attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let narrow_min_batch = multiprocessors as u32 * NARROW_SEARCH_BLOCKS_PER_SM;
         let latency_max_batch = multiprocessors as u32 * LATENCY_SEARCH_BLOCKS_PER_SM;
+        let two_blocks_max_smem = match std::env::var("OCTEX_GPU_ONE_BLOCK_LATENCY").as_deref() {
+            Ok("0") => usize::MAX,
+            _ => fitting(2),
+        };
         let topk_tile = f("topk_tile")?;
         for func in [
             &wave_search,
@@ -298,9 +312,28 @@ impl Gpu {
             narrow_max_smem,
             narrow_min_batch,
             latency_max_batch,
+            two_blocks_max_smem,
+            smem_per_sm,
+            smem_reserved,
             multiprocessors: multiprocessors as u32,
             forced_search_kernel: SearchKernel::from_env(),
         })
+    }
+
+    /// Blocks of the wide build per multiprocessor for a search launch with
+    /// `smem` bytes of dynamic shared memory a block (at one block the
+    /// latency build takes it instead): at most [`SEARCH_BLOCKS_PER_SM`],
+    /// and 0 past a block's shared memory (the launch spills). `None` where
+    /// the dense or narrow build takes it.
+    pub fn wide_search_blocks(&self, smem: usize) -> Option<u32> {
+        if smem <= self.dense_max_smem {
+            return None;
+        }
+        if smem > self.max_smem {
+            return Some(0);
+        }
+        let fit = self.smem_per_sm / (smem + self.smem_reserved);
+        Some((fit as u32).min(SEARCH_BLOCKS_PER_SM))
     }
 
     /// A kernel of the module by name (for the launchers of other modules).

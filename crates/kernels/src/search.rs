@@ -56,14 +56,17 @@ impl Gpu {
         // instructions throughout. Of the shared-memory builds, the one with
         // the most blocks per multiprocessor that the shared memory allows;
         // the narrow one only for batches that fill the device with it, the
-        // latency one for batches of at most one query per multiprocessor
-        // whose rounds have work for its threads (LATENCY_MIN_ROUND_IDS).
+        // latency one for launches of one block per multiprocessor (batches
+        // of at most one query per multiprocessor, or shared memory that
+        // lets only one block fit) whose rounds have work for its threads
+        // (LATENCY_MIN_ROUND_IDS).
         let (function, threads) = if batch.view.scratch_per_query > 0 {
             (&self.wave_search_spilled, BLOCK_THREADS)
         } else {
             let nq = batch.view.nq;
             let round_ids = SearchSmem::fresh_len(&index.view, &batch.view);
-            let fitting = if nq <= self.latency_max_batch && round_ids >= LATENCY_MIN_ROUND_IDS {
+            let one_block = nq <= self.latency_max_batch || smem > self.two_blocks_max_smem;
+            let fitting = if one_block && round_ids >= LATENCY_MIN_ROUND_IDS {
                 SearchKernel::Latency
             } else if smem <= self.narrow_max_smem && nq >= self.narrow_min_batch {
                 SearchKernel::Narrow

@@ -84,14 +84,15 @@ pub(super) fn batch_view(
     let buf_len = first.max(keep + start_points * row_len);
     let entries = first + waves * start_points * row_len;
     // The set holds distinct ids only, fewer than the entries read (ids recur
-    // across copies and rows): one slot per entry (rounded up to a power of
-    // two) bounds the load at 1 in the worst case, at half the shared memory
-    // of a load-0.5 table (more blocks per SM). Measured (distinct ids per
-    // slot, H200 benches): 0.2-0.3 at S >= 32, up to 0.65 at S8 W1 with r16,
-    // where the first round's ripple heads are most of the entries and few
-    // recur. A full set drops ids. Small batches take more slots per entry
-    // ([`visited_slots_per_entry`]) where the shared memory has room.
-    let slots = |per_entry: f32| visited_slots(entries, per_entry, MAX_HASH_SLOTS);
+    // across copies and rows): one slot per entry bounds the load at 1 in the
+    // worst case, at half the shared memory of a load-0.5 table (more blocks
+    // per SM). Measured (distinct ids per slot, H200 benches): 0.2-0.3 at
+    // S >= 32, up to 0.65 at S8 W1 with r16, where the first round's ripple
+    // heads are most of the entries and few recur. A full set drops ids.
+    // Small batches take more slots per entry ([`visited_slots_per_entry`])
+    // where the shared memory has room.
+    let slots =
+        |per_entry: f32| visited_slots(entries, per_entry, MAX_HASH_SLOTS, Rounding::PowerOfTwo);
     let per_entry = visited_slots_per_entry(nq, s);
     let st = s.stream();
     let two_products = dev.projection.two_for(nq).is_some();
@@ -129,11 +130,28 @@ pub(super) fn batch_view(
         scratch_per_query: 0,
         stop_after: 0,
     };
-    if per_entry > 1.0 && SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
+    let smem = |v: &BatchView| SearchSmem::new(ix, v).total as usize;
+    if per_entry > 1.0 && smem(&view) > s.max_shared_memory() {
         view.hash_slots = slots(1.0);
     }
-    if SearchSmem::new(ix, &view).total as usize > s.max_shared_memory() {
-        view.hash_slots = entries.next_power_of_two().clamp(64, MAX_SPILL_HASH_SLOTS);
+    // A set of exactly the entries where that lets a second block share a
+    // multiprocessor ([`Rounding::Step`]).
+    if per_entry == 1.0 {
+        let tight = BatchView {
+            hash_slots: visited_slots(entries, 1.0, MAX_HASH_SLOTS, Rounding::Step),
+            ..view
+        };
+        if let (Some(before), Some(after)) = (
+            s.wide_search_blocks(smem(&view)),
+            s.wide_search_blocks(smem(&tight)),
+        ) {
+            if before <= 1 && after > before {
+                view = tight;
+            }
+        }
+    }
+    if smem(&view) > s.max_shared_memory() {
+        view.hash_slots = visited_slots(entries, 1.0, MAX_SPILL_HASH_SLOTS, Rounding::Step);
         view.scratch_per_query = 1;
         view.scratch_per_query = SearchSmem::new(ix, &view).large;
         let bytes = max_batch * view.scratch_per_query as usize;
@@ -148,19 +166,49 @@ pub(super) fn batch_view(
     Ok(view)
 }
 
-/// Visited-set slots for `entries` entries at `per_entry` slots each: a
-/// power of two from 64 to `max`.
-fn visited_slots(entries: u32, per_entry: f32, max: u32) -> u32 {
-    let want = (entries as f64 * per_entry as f64).ceil().min(max as f64) as u32;
-    want.max(64).next_power_of_two().min(max)
+/// How [`visited_slots`] rounds the set's size up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rounding {
+    /// To a power of two: the set of most launches. At the set's usual
+    /// load its linear probes stay short; a set of exactly the entries
+    /// (twice the load at worst) measured 3-10% slower at S16-S24 W1 and 13%
+    /// slower at S64 W4 (GloVe-50, same blocks per multiprocessor; H200,
+    /// batch 10,000, rows of 64).
+    PowerOfTwo,
+    /// To a multiple of [`VISITED_SLOT_STEP`]: where the power-of-two set
+    /// leaves one block of the wide build a multiprocessor (or none: the
+    /// batch would spill) and the smaller set lets more fit, and in the
+    /// global scratch of a spilled batch. Measured against powers of two
+    /// (same lease and index; H200, batch 10,000): S64 W3, one block a
+    /// multiprocessor -> two, 1.35-1.6x faster on GloVe-50 and synth-1m;
+    /// S128 W4 (spilled) 1.13-1.18x. Not used from two blocks to three
+    /// (GloVe-50 C = 128 S32 W4: 11% slower) nor where it would move a
+    /// launch to the dense build (S32 W2: 8% faster on synth-1m, 11-24%
+    /// slower on GloVe-50): there the load costs more than the blocks gain.
+    Step,
 }
+
+/// Visited-set slots for `entries` entries at `per_entry` slots each,
+/// rounded as `rounding` says, from 64 to `max` (a multiple of
+/// [`VISITED_SLOT_STEP`]). The kernel hashes into any number of slots.
+fn visited_slots(entries: u32, per_entry: f32, max: u32, rounding: Rounding) -> u32 {
+    let want = (entries as f64 * per_entry as f64).ceil().min(max as f64) as u32;
+    let want = want.max(64);
+    match rounding {
+        Rounding::PowerOfTwo => want.next_power_of_two().min(max),
+        Rounding::Step => want.next_multiple_of(VISITED_SLOT_STEP).min(max),
+    }
+}
+
+/// The visited set's size is a multiple of this many slots.
+const VISITED_SLOT_STEP: u32 = 32;
 
 /// Visited-set slots per entry a query may read when the batch has at most
 /// one query per multiprocessor ([`visited_slots_per_entry`]).
 const SPARE_SMEM_SLOTS_PER_ENTRY: f32 = 4.0;
 
 /// Visited-set slots per entry a query of a batch of `nq` may read (before
-/// rounding up to a power of two). One for large batches, where the set's
+/// [`visited_slots`] rounds them). One for large batches, where the set's
 /// shared memory limits the blocks per multiprocessor. Batches of at most one
 /// query per multiprocessor run one block per multiprocessor whatever its
 /// shared memory, so there the set takes [`SPARE_SMEM_SLOTS_PER_ENTRY`] and
@@ -281,19 +329,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn visited_slots_round_up_to_powers_of_two_within_bounds() {
-        // GloVe-50 at C = 128, r8 S96 W4: 1,024 ripple entries, 256 seeds
-        // and 12,288 row entries.
-        let entries = 1_024 + 256 + 4 * 96 * 32;
-        assert_eq!(visited_slots(entries, 1.0, MAX_HASH_SLOTS), 16_384);
-        assert_eq!(visited_slots(entries, 0.5, MAX_HASH_SLOTS), 8_192);
-        assert_eq!(visited_slots(entries, 4.0, MAX_HASH_SLOTS), MAX_HASH_SLOTS);
-        assert_eq!(visited_slots(10, 1.0, MAX_HASH_SLOTS), 64);
+    fn visited_slots_round_up_within_bounds() {
+        use Rounding::{PowerOfTwo, Step};
+        // GloVe-50 at C = 128, r8 S96 W3: 1,024 ripple entries, 256 seeds
+        // and 18,432 row entries.
+        let entries = 1_024 + 256 + 3 * 96 * 64;
         assert_eq!(
-            visited_slots(u32::MAX, 64.0, MAX_HASH_SLOTS),
+            visited_slots(entries, 1.0, MAX_HASH_SLOTS, PowerOfTwo),
             MAX_HASH_SLOTS
         );
-        assert_eq!(visited_slots(4_096, 1.0, MAX_HASH_SLOTS), 4_096);
+        assert_eq!(visited_slots(entries, 1.0, MAX_HASH_SLOTS, Step), 19_712);
+        assert_eq!(
+            visited_slots(entries, 0.5, MAX_HASH_SLOTS, PowerOfTwo),
+            16_384
+        );
+        assert_eq!(visited_slots(entries, 0.5, MAX_HASH_SLOTS, Step), 9_856);
+        assert_eq!(
+            visited_slots(entries, 4.0, MAX_HASH_SLOTS, Step),
+            MAX_HASH_SLOTS
+        );
+        assert_eq!(visited_slots(10, 1.0, MAX_HASH_SLOTS, PowerOfTwo), 64);
+        assert_eq!(visited_slots(10, 1.0, MAX_HASH_SLOTS, Step), 64);
+        assert_eq!(visited_slots(100, 1.0, MAX_HASH_SLOTS, Step), 128);
+        assert_eq!(visited_slots(4_096, 1.0, MAX_HASH_SLOTS, PowerOfTwo), 4_096);
+        for rounding in [PowerOfTwo, Step] {
+            assert_eq!(
+                visited_slots(u32::MAX, 64.0, MAX_HASH_SLOTS, rounding),
+                MAX_HASH_SLOTS
+            );
+            assert_eq!(
+                visited_slots(u32::MAX, 1.0, MAX_SPILL_HASH_SLOTS, rounding),
+                MAX_SPILL_HASH_SLOTS
+            );
+            // At one slot per entry the set holds every entry read: no id
+            // is ever dropped.
+            for entries in [64, 1_000, 4_097, 30_000] {
+                let slots = visited_slots(entries, 1.0, MAX_HASH_SLOTS, rounding);
+                assert!(slots >= entries, "{entries}: {slots}");
+                assert_eq!(slots % VISITED_SLOT_STEP, 0);
+            }
+        }
     }
 
     #[test]

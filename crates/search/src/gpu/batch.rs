@@ -131,12 +131,14 @@ pub(super) fn batch_view(
         stop_after: 0,
     };
     let smem = |v: &BatchView| SearchSmem::new(ix, v).total as usize;
+    let mut one_slot_per_entry = per_entry == 1.0;
     if per_entry > 1.0 && smem(&view) > s.max_shared_memory() {
         view.hash_slots = slots(1.0);
+        one_slot_per_entry = true;
     }
     // A set of exactly the entries where that lets a second block share a
-    // multiprocessor ([`Rounding::Step`]).
-    if per_entry == 1.0 {
+    // multiprocessor, or one fit at all ([`Rounding::Step`]).
+    if one_slot_per_entry {
         let tight = BatchView {
             hash_slots: visited_slots(entries, 1.0, MAX_HASH_SLOTS, Rounding::Step),
             ..view

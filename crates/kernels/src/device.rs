@@ -147,14 +147,13 @@ pub struct Gpu {
     pub(crate) narrow_min_batch: u32,
     /// Most queries of a `wave_search_latency` launch (one per
     /// multiprocessor), unless only one block fits a multiprocessor
-    /// (`two_blocks_max_smem`).
+    /// (`one_block_latency`).
     pub(crate) latency_max_batch: u32,
-    /// Most dynamic shared memory with which two search blocks fit one
-    /// multiprocessor: past it, batches of any size run one block per
-    /// multiprocessor, and the latency build gives that block its threads.
-    /// `OCTEX_GPU_ONE_BLOCK_LATENCY=0` turns that choice off (measurements):
-    /// then `usize::MAX`.
-    pub(crate) two_blocks_max_smem: usize,
+    /// Batches of any size whose shared memory lets only one block fit a
+    /// multiprocessor ([`Gpu::wide_search_blocks`] is 1) run the latency
+    /// build, which gives that block its threads.
+    /// `OCTEX_GPU_ONE_BLOCK_LATENCY=0` turns that choice off (measurements).
+    pub(crate) one_block_latency: bool,
     /// Shared memory of a multiprocessor, and what each block reserves of it.
     smem_per_sm: usize,
     smem_reserved: usize,
@@ -266,10 +265,7 @@ impl Gpu {
             attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let narrow_min_batch = multiprocessors as u32 * NARROW_SEARCH_BLOCKS_PER_SM;
         let latency_max_batch = multiprocessors as u32 * LATENCY_SEARCH_BLOCKS_PER_SM;
-        let two_blocks_max_smem = match std::env::var("OCTEX_GPU_ONE_BLOCK_LATENCY").as_deref() {
-            Ok("0") => usize::MAX,
-            _ => fitting(2),
-        };
+        let one_block_latency = std::env::var("OCTEX_GPU_ONE_BLOCK_LATENCY").as_deref() != Ok("0");
         let topk_tile = f("topk_tile")?;
         for func in [
             &wave_search,
@@ -314,7 +310,7 @@ impl Gpu {
             narrow_max_smem,
             narrow_min_batch,
             latency_max_batch,
-            two_blocks_max_smem,
+            one_block_latency,
             smem_per_sm,
             smem_reserved,
             multiprocessors: multiprocessors as u32,

@@ -65,7 +65,8 @@ impl Gpu {
         } else {
             let nq = batch.view.nq;
             let round_ids = SearchSmem::fresh_len(&index.view, &batch.view);
-            let one_block = nq <= self.latency_max_batch || smem > self.two_blocks_max_smem;
+            let one_block = nq <= self.latency_max_batch
+                || (self.one_block_latency && self.wide_search_blocks(smem) == Some(1));
             let fitting = if one_block && round_ids >= LATENCY_MIN_ROUND_IDS {
                 SearchKernel::Latency
             } else if smem <= self.narrow_max_smem && nq >= self.narrow_min_batch {

@@ -46,6 +46,14 @@ pub struct BenchArgs {
     /// instead of the built-in (S, W) pairs of the full or quick grid.
     #[arg(long, value_delimiter = ',', value_parser = parse_shape)]
     pub shapes: Vec<(usize, usize)>,
+    /// With `--shapes`: the read depths `r` of every shape (`--read-depths
+    /// 4,6,8`) instead of the grid's (GPU 8,12,16; CPU 16).
+    #[arg(long, value_delimiter = ',', requires = "shapes")]
+    pub read_depths: Vec<usize>,
+    /// With `--shapes`: the reranks `R` of every shape instead of the grid's
+    /// (GPU 16,32; CPU 32,64).
+    #[arg(long, value_delimiter = ',', requires = "shapes")]
+    pub reranks: Vec<usize>,
     /// Recall@10 targets (repeatable): each adds, before the grid, the point
     /// `Index::params_for_recall` tunes for it, so its real recall and speed
     /// are measured beside the sweep.
@@ -69,9 +77,40 @@ fn parse_shape(v: &str) -> Result<(usize, usize), String> {
     Ok((s, w))
 }
 
+/// What `bench` sweeps: the quick or full grid, or only the given shapes,
+/// each with the given read depths and reranks (empty: the grid's).
+#[derive(Clone, Copy, Debug)]
+pub struct Sweep<'a> {
+    pub quick: bool,
+    pub shapes: &'a [(usize, usize)],
+    pub read_depths: &'a [usize],
+    pub reranks: &'a [usize],
+}
+
+impl<'a> Sweep<'a> {
+    pub fn of(args: &'a BenchArgs) -> Self {
+        Self {
+            quick: args.quick,
+            shapes: &args.shapes,
+            read_depths: &args.read_depths,
+            reranks: &args.reranks,
+        }
+    }
+
+    /// `given`, or `default` when none were given.
+    pub fn or<'b>(given: &'b [usize], default: &'b [usize]) -> &'b [usize] {
+        if given.is_empty() {
+            default
+        } else {
+            given
+        }
+    }
+}
+
 /// The sweep: (r, S, W, R); `shapes`, when given, are the only (S, W)
 /// pairs (no high-recall or cheap end).
-fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
+fn grid(sweep: Sweep) -> Vec<SearchParams> {
+    let (quick, shapes) = (sweep.quick, sweep.shapes);
     let mut g = Vec::new();
     let sw: &[(usize, usize)] = if !shapes.is_empty() {
         shapes
@@ -98,6 +137,22 @@ fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
             (192, 6),
         ]
     };
+    if !shapes.is_empty() {
+        for &(s, w) in sw {
+            for &rerank in Sweep::or(sweep.reranks, &[32, 64]) {
+                for &read_depth in Sweep::or(sweep.read_depths, &[16]) {
+                    g.push(SearchParams {
+                        read_depth,
+                        start_points: s,
+                        waves: w,
+                        rerank,
+                        wave_rerank: false,
+                    });
+                }
+            }
+        }
+        return g;
+    }
     for &(s, w) in sw {
         for r in [32usize, 64] {
             if r == 64 && s < 16 {
@@ -111,9 +166,6 @@ fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
                 wave_rerank: false,
             });
         }
-    }
-    if !shapes.is_empty() {
-        return g;
     }
     // Deeper reranks, once or in every wave (the high-recall end).
     if !quick {
@@ -322,8 +374,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             (&gt, gk),
             &tuned,
             args.repeats,
-            args.quick,
-            &args.shapes,
+            Sweep::of(&args),
             args.peers,
             &args.out,
         );
@@ -332,7 +383,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     // octex sweep.
     let mut points = Vec::new();
     let mut searcher = open(&index, Backend::Cpu, nq)?;
-    for p in tuned.iter().copied().chain(grid(args.quick, &args.shapes)) {
+    for p in tuned.iter().copied().chain(grid(Sweep::of(&args))) {
         warm_up(&mut searcher, &queries, dim, 10, &p, nq)?;
         let mut times = Vec::new();
         let mut ids = Vec::new();
@@ -558,11 +609,21 @@ mod tests {
         for bad in ["32", "0x3", "32x0", "ax3", "32x3x1", ""] {
             assert!(parse_shape(bad).is_err(), "{bad:?} was accepted");
         }
-        let g = grid(false, &[(32, 3), (48, 4)]);
+        let sweep = |shapes, read_depths, reranks| Sweep {
+            quick: false,
+            shapes,
+            read_depths,
+            reranks,
+        };
+        let g = grid(sweep(&[(32, 3), (48, 4)], &[], &[]));
         assert!(!g.is_empty());
         assert!(g
             .iter()
             .all(|p| [(32, 3), (48, 4)].contains(&(p.start_points, p.waves))));
-        assert!(grid(false, &[]).len() > g.len());
+        assert!(grid(sweep(&[], &[], &[])).len() > g.len());
+        // Read depths and reranks replace the grid's for the shapes.
+        let g = grid(sweep(&[(8, 1)], &[4, 6], &[12]));
+        let got: Vec<_> = g.iter().map(|p| (p.read_depth, p.rerank)).collect();
+        assert_eq!(got, [(4, 12), (6, 12)]);
     }
 }

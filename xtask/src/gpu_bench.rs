@@ -14,7 +14,7 @@ use octex_kernels::{Gpu, GpuBruteForce};
 use octex_search::{GpuOptions, Index, SearchParams, SearchStats};
 use serde_json::{json, Value};
 
-use crate::bench::{high_recall_points, machine, median, plot_results};
+use crate::bench::{high_recall_points, machine, median, plot_results, Sweep};
 use crate::data::{self, Dataset};
 
 /// Every (S, W) pair with every rerank depth `R` and read depth `r` given.
@@ -39,12 +39,16 @@ fn sweep(sw: &[(usize, usize)], reranks: &[usize], read_depths: &[usize]) -> Vec
 /// The GPU sweep: (S, W) pairs, each with several `R` and `r`; `quick`
 /// (`bench --quick`) keeps 42 points of the middle; `shapes` (`bench
 /// --shapes`), when given, are the only (S, W) pairs, with the quick grid's
-/// `R` and `r`.
-fn grid(quick: bool, shapes: &[(usize, usize)]) -> Vec<SearchParams> {
-    if !shapes.is_empty() {
-        return sweep(shapes, &[16, 32], &[8, 12, 16]);
+/// `R` and `r` unless `--reranks` and `--read-depths` name others.
+fn grid(s: Sweep) -> Vec<SearchParams> {
+    if !s.shapes.is_empty() {
+        return sweep(
+            s.shapes,
+            Sweep::or(s.reranks, &[16, 32]),
+            Sweep::or(s.read_depths, &[8, 12, 16]),
+        );
     }
-    if quick {
+    if s.quick {
         // Measurements that compare builds on one index: the points near
         // recall 0.95-0.995 on the sets of the README, without the high end.
         let sw = [
@@ -199,8 +203,7 @@ pub fn run(
     (gt, gk): (&[i32], usize),
     tuned: &[SearchParams],
     repeats: usize,
-    quick: bool,
-    shapes: &[(usize, usize)],
+    grid_sweep: Sweep,
     peers: bool,
     out: &std::path::Path,
 ) -> Result<()> {
@@ -222,7 +225,7 @@ pub fn run(
     // transfers of one batch overlap the search of the previous one).
     let streamed: Vec<f32> = queries[..batch * dim].repeat(4);
     let mut points = Vec::new();
-    for p in tuned.iter().copied().chain(grid(quick, shapes)) {
+    for p in tuned.iter().copied().chain(grid(grid_sweep)) {
         let r = match g.search(&queries[..batch * dim], 10, &p) {
             Ok(r) => r,
             Err(e) => {
@@ -463,7 +466,8 @@ pub fn run(
         "dataset": ds.manifest,
         "queries": batch,
         "backend": "gpu",
-        "grid": {"quick": quick, "shapes": shapes},
+        "grid": {"quick": grid_sweep.quick, "shapes": grid_sweep.shapes,
+            "read_depths": grid_sweep.read_depths, "reranks": grid_sweep.reranks},
         "machine": {"gpu": device, "peak_dram_gbps": peak_gbps, "cpu": machine()["cpu"], "threads": rayon::current_num_threads()},
         "build": build,
         "points": points,

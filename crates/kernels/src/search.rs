@@ -76,7 +76,17 @@ impl Gpu {
             } else {
                 SearchKernel::Wide
             };
-            match self.forced_search_kernel.unwrap_or(fitting) {
+            // The dense and narrow builds hash for power-of-two sets only
+            // (the host gives them no other; a forced build may meet one).
+            let chosen = match self.forced_search_kernel.unwrap_or(fitting) {
+                SearchKernel::Dense | SearchKernel::Narrow
+                    if !batch.view.hash_slots.is_power_of_two() =>
+                {
+                    SearchKernel::Wide
+                }
+                k => k,
+            };
+            match chosen {
                 SearchKernel::Wide => (&self.wave_search, BLOCK_THREADS),
                 SearchKernel::Dense => (&self.wave_search_dense, BLOCK_THREADS),
                 SearchKernel::Narrow => (&self.wave_search_narrow, NARROW_BLOCK_THREADS),

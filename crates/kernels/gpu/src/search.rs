@@ -14,15 +14,38 @@ use crate::prims::*;
 use crate::distance::{exact_distance, exact_group_lanes, sketch_distance};
 use crate::sketch::QueryScale;
 
-/// Home slot of `id` in a visited set of `slots` slots (any count, not only
-/// powers of two): the high word of the Fibonacci hash times `slots`.
-/// Against the mask of a power-of-two set it measured about 3% slower at
-/// S8-S24 W1 (synth-1m, narrow build, the same sets; H200): the dense and
-/// narrow builds only ever get powers of two, and could keep the mask.
+/// Home slot of `id` in a visited set of `slots` slots: with `POW2` (the
+/// host sized it as a power of two) the hash's mixed low bits under the
+/// mask; else (any count) the high word of the Fibonacci hash times `slots`.
+/// The dense and narrow builds take the mask (they only ever get powers of
+/// two), the others the multiply-high. Measured against the multiply-high in
+/// every build (H200, batch 10,000, same index and lease, each binary twice,
+/// interleaved; `docs/bench/mask-hash-ab/`): synth-1m's W1 points (narrow
+/// build) +1.5% to +4.0%, its best at 0.95 / 0.99 / 0.995 +3.3% / +3.4% /
+/// +3.4%; GloVe-50 C = 128 at S16 W2 (dense) +3.1% to +3.5%; the other
+/// builds' points within 0.3% (their PTX is unchanged).
 #[inline(always)]
-fn home_slot(id: u32, slots: u32) -> u32 {
+fn home_slot<const POW2: bool>(id: u32, slots: u32) -> u32 {
     let h = id.wrapping_mul(0x9E37_79B1);
-    ((h as u64 * slots as u64) >> 32) as u32
+    if POW2 {
+        (h ^ (h >> 15)) & (slots - 1)
+    } else {
+        ((h as u64 * slots as u64) >> 32) as u32
+    }
+}
+
+/// `slot` moved on by `step` (0 or 1) in a set of `slots` slots, wrapping at
+/// the end (branch-free).
+#[inline(always)]
+fn advance_slot<const POW2: bool>(slot: u32, step: u32, slots: u32) -> u32 {
+    let next = slot + step;
+    if POW2 {
+        next & (slots - 1)
+    } else if next == slots {
+        0
+    } else {
+        next
+    }
 }
 
 /// Compare-and-swap of one visited-set slot: `id` goes in if the slot is
@@ -198,7 +221,7 @@ impl Round<'_> {
     /// ids and append those whose key beats `threshold`. `seen` counts the
     /// entries read. All threads of the block call it, with `fresh_count` zero.
     #[inline(always)]
-    unsafe fn visit_and_score<const TH: u32>(
+    unsafe fn visit_and_score<const TH: u32, const POW2: bool>(
         &self,
         total: u32,
         load: impl Fn(u32) -> u32,
@@ -237,7 +260,7 @@ impl Round<'_> {
                 for g in 0..GATHER {
                     if ids[g] != PAD_ID {
                         *seen += 1;
-                        slot[g] = home_slot(ids[g], self.slots);
+                        slot[g] = home_slot::<POW2>(ids[g], self.slots);
                         pending |= 1 << g;
                     }
                 }
@@ -258,8 +281,7 @@ impl Round<'_> {
                         let bit = pending & (1 << g);
                         fresh_ids |= if inserted { bit } else { 0 };
                         pending &= if settled { !bit } else { !0 };
-                        let next = slot[g] + (!settled) as u32;
-                        slot[g] = if next == self.slots { 0 } else { next };
+                        slot[g] = advance_slot::<POW2>(slot[g], (!settled) as u32, self.slots);
                     }
                     step += 1;
                 }
@@ -344,7 +366,7 @@ unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body.
-    unsafe { wave_search_body::<false, T>(index, batch) }
+    unsafe { wave_search_body::<false, T, false>(index, batch) }
 }
 
 /// [`wave_search`] compiled for four blocks per multiprocessor (64
@@ -353,7 +375,7 @@ pub unsafe extern "ptx-kernel" fn wave_search(index: IndexView, batch: BatchView
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search_dense(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body.
-    unsafe { wave_search_body::<false, T>(index, batch) }
+    unsafe { wave_search_body::<false, T, true>(index, batch) }
 }
 
 /// [`wave_search`] with blocks of `NARROW_BLOCK_THREADS` threads, for small
@@ -363,7 +385,7 @@ pub unsafe extern "ptx-kernel" fn wave_search_dense(index: IndexView, batch: Bat
 pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body, launched with
     // NARROW_BLOCK_THREADS threads.
-    unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS>(index, batch) }
+    unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS, true>(index, batch) }
 }
 
 /// [`wave_search`] with blocks of `LATENCY_BLOCK_THREADS` threads, for
@@ -375,7 +397,7 @@ pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: IndexView, batch: Ba
 pub unsafe extern "ptx-kernel" fn wave_search_latency(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body, launched with
     // LATENCY_BLOCK_THREADS threads.
-    unsafe { wave_search_body::<false, LATENCY_BLOCK_THREADS>(index, batch) }
+    unsafe { wave_search_body::<false, LATENCY_BLOCK_THREADS, false>(index, batch) }
 }
 
 /// [`wave_search`] for batches that spill (`BatchView::scratch_per_query >
@@ -383,16 +405,18 @@ pub unsafe extern "ptx-kernel" fn wave_search_latency(index: IndexView, batch: B
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: IndexView, batch: BatchView) {
     // SAFETY: the host's contract, as for the body.
-    unsafe { wave_search_body::<true, T>(index, batch) }
+    unsafe { wave_search_body::<true, T, false>(index, batch) }
 }
 
 /// The search of one query per block of `TH` threads (a multiple of 32, at
-/// most `LATENCY_BLOCK_THREADS`: the warp-sum slots). `SPILLED` is a constant so
+/// most `LATENCY_BLOCK_THREADS`: the warp-sum slots). `POW2`: the visited set
+/// is a power of two (the dense and narrow builds, which the host gives no
+/// other), hashed under a mask ([`home_slot`]). `SPILLED` is a constant so
 /// that, in the shared-memory kernel, every pointer provably points to shared memory
 /// and compiles to shared-memory instructions (a run-time choice made them
 /// generic loads and stores).
 #[inline(always)]
-unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: IndexView, batch: BatchView) {
+unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>(index: IndexView, batch: BatchView) {
     // SAFETY: the host passes valid views; every access below stays inside the
     // sizes they describe.
     unsafe {
@@ -524,7 +548,7 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: IndexView,
             count,
         };
         let mut first_round = 0;
-        round.visit_and_score::<TH>(
+        round.visit_and_score::<TH, POW2>(
             ix.copies * r,
             load_ripple,
             &mut first_round,
@@ -540,7 +564,7 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: IndexView,
             let seeds = ix.seeds as *const u32;
             let mut unused = 0;
             let load_seed = |e: u32| *seeds.add(e as usize);
-            round.visit_and_score::<TH>(ix.n_seeds, load_seed, &mut unused, u32::MAX, &mut counts);
+            round.visit_and_score::<TH, POW2>(ix.n_seeds, load_seed, &mut unused, u32::MAX, &mut counts);
         }
         let mut nbest = sort_and_trim::<TH>(buf, count, bt.keep, true);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
@@ -585,7 +609,7 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32>(index: IndexView,
                 *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
             };
             let mut row_entries = 0;
-            round.visit_and_score::<TH>(ns * lt, load_row, &mut row_entries, threshold, &mut counts);
+            round.visit_and_score::<TH, POW2>(ns * lt, load_row, &mut row_entries, threshold, &mut counts);
             counts.row_entries += row_entries;
             nbest = sort_and_trim::<TH>(buf, count, bt.keep, false);
             wave += 1;

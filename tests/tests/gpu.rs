@@ -106,7 +106,8 @@ fn brute_force_matches_the_cpu() {
         );
     }
     assert!(
-        bf.search(&queries, 33, None).is_err(),
+        bf.search(&queries, octex_kernels::layout::MAX_TOPK as usize + 1, None)
+            .is_err(),
         "k above the kernel's limit"
     );
 }
@@ -423,12 +424,12 @@ fn cpu_and_gpu_builds(
     rows: octex_build::RowMethod,
 ) -> (octex_build::Built, octex_build::Built) {
     let build_on = |backend| {
-        // Rows of 32: the longest the GPU's exact rows take (longer ones
-        // are built on the CPU), so that exact rows run on the GPU.
+        // Rows of 64 (the default): the longest the GPU's exact rows take
+        // (longer ones are built on the CPU), so that exact rows run on the GPU.
         let params = octex_build::BuildParams {
             backend,
             row_method: rows,
-            row_len: Some(32),
+            row_len: Some(64),
             ..test_params()
         };
         octex_build::build(base, dim, Metric::L2, &params).unwrap()

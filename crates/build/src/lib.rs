@@ -335,9 +335,8 @@ pub fn build_with_progress(
     let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
     let pb = Stage::new(progress, "neighbour rows", n as u64);
     let (parts, map, choice) = std::thread::scope(|scope| -> Result<_, BuildError> {
-        // Rows longer than the GPU's top-k (`--rows exact` with the paper's
-        // Lt = 64) take the CPU's exact k-NN below: slower, but what was
-        // asked for.
+        // Rows longer than the GPU's top-k (`--rows exact` with Lt > 64)
+        // take the CPU's exact k-NN below: slower, but what was asked for.
         let gpu_rows_job = match (&gpu, exact_rows) {
             (Some(g), true) if k_fwd <= gpu_rows::MAX_K => {
                 let pb = &pb;

@@ -77,6 +77,10 @@ use progress::Stage;
 pub use progress::{NoProgress, Progress};
 use ripples::FlatRipples;
 
+// GPU builds take exact rows at the default row length: while the GPU's
+// top-k took 32, rows of 64 silently fell back to the search passes.
+const _: () = assert!(params::DEFAULT_ROW_LEN <= gpu_rows::MAX_K);
+
 /// Why a build refused its input.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -313,8 +317,17 @@ pub fn build_with_progress(
     let gpu = open_gpu(params.backend)?;
     let exact_rows = match (params.row_method, &gpu) {
         (RowMethod::Auto, Some(_)) => {
-            n <= params.gpu_exact_rows_limit
-                && p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K
+            let fits_top_k = p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K;
+            if n <= params.gpu_exact_rows_limit && !fits_top_k {
+                // Said aloud: rows of 64 once fell back here unnoticed while
+                // the GPU's top-k took 32.
+                tracing::warn!(
+                    row_len = p.row_len,
+                    gpu_top_k = gpu_rows::MAX_K,
+                    "rows longer than the GPU's exact top-k: neighbour rows by search"
+                );
+            }
+            n <= params.gpu_exact_rows_limit && fits_top_k
         }
         _ => p.exact_rows,
     };

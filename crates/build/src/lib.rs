@@ -317,8 +317,9 @@ pub fn build_with_progress(
     let gpu = open_gpu(params.backend)?;
     let exact_rows = match (params.row_method, &gpu) {
         (RowMethod::Auto, Some(_)) => {
+            let within_limit = n <= params.gpu_exact_rows_limit;
             let fits_top_k = p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K;
-            if n <= params.gpu_exact_rows_limit && !fits_top_k {
+            if within_limit && !fits_top_k {
                 // Said aloud: rows of 64 once fell back here unnoticed while
                 // the GPU's top-k took 32.
                 tracing::warn!(
@@ -327,7 +328,7 @@ pub fn build_with_progress(
                     "rows longer than the GPU's exact top-k: neighbour rows by search"
                 );
             }
-            n <= params.gpu_exact_rows_limit && fits_top_k
+            within_limit && fits_top_k
         }
         _ => p.exact_rows,
     };

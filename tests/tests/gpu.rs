@@ -251,7 +251,9 @@ fn cpu_and_gpu_agree() {
 /// the very ids the 256-thread builds give to the same queries in batches of
 /// 384, and in batches of 100 (at most one query per multiprocessor on any
 /// GPU with 100 or more) the 1,024-thread latency build wherever a round has
-/// 2,048 ids or more (here the default S64 and S96, with rows of 32).
+/// 2,048 ids or more (here the default S64 and S96, with rows of 32). The
+/// batches of 100 also find their fragments inside the search kernel, the
+/// larger ones in `query_fragments` before it.
 #[test]
 fn large_batches_agree_between_cpu_and_gpu() {
     let Some(_gpu) = gpu_or_skip("large_batches_agree_between_cpu_and_gpu") else {

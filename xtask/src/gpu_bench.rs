@@ -315,7 +315,7 @@ pub fn run(
         for phase_batch in [batch, batch.min(100)] {
             let c = g.phase_costs(&queries[..phase_batch * dim], 10, &p, 10)?;
             println!(
-                "kernel phases at {p:?}, ms per batch of {phase_batch}: projection+init {:.3}, decode+lookup {:.3}, first round {:.3}, waves {:.3}, rerank {:.3}",
+                "kernel phases at {p:?}, ms per batch of {phase_batch}: projection(+lookup kernel)+init {:.3}, decode+lookup in search {:.3}, first round {:.3}, waves {:.3}, rerank {:.3}",
                 c[0], c[1], c[2], c[3], c[4]
             );
             phase_rows.push(

@@ -31,23 +31,37 @@ pub trait LatticeFloat:
 }
 
 macro_rules! impl_lattice_float {
-    ($t:ty, $int:ty) => {
+    ($t:ty, $int:ty, $gpu_floor:ident) => {
         impl LatticeFloat for $t {
             const HALF: Self = 0.5;
             const ZERO: Self = 0.0;
             /// Inline floor (the baseline x86-64 target lacks `roundps`, and a libm
             /// call per coordinate costs more than the decoder itself). Values
-            /// beyond the mantissa's integer range are already integers.
+            /// beyond the mantissa's integer range are already integers. The
+            /// GPU rounds down in one instruction (`cvt.rmi`), with the same
+            /// result for every value but NaN's payload (NaN queries are
+            /// refused before they reach a decoder): eight instructions fewer
+            /// per coordinate, 16 coordinates per E8 point. Measured (H200,
+            /// batch 10,000, same index and lease): the decode inside
+            /// `wave_search` 0.121 -> 0.112 ms per batch at synth-1m's r16
+            /// S16 W1; synth-1m W1 points +3.8%, GloVe-50 C = 128 +1.8%.
             #[inline(always)]
             fn floor(self) -> Self {
-                const INT_LIMIT: $t = (1u64 << (<$t>::MANTISSA_DIGITS - 1)) as $t;
-                // f32: |x| < 2^23 fits the i32 conversion; f64: 2^52 fits i64.
-                if self.is_nan() || self.abs() >= INT_LIMIT {
-                    return self;
+                #[cfg(target_arch = "nvptx64")]
+                {
+                    core::intrinsics::$gpu_floor(self)
                 }
-                // Branchless: subtract 1 where truncation went up (negatives).
-                let t = self as $int as $t;
-                t - ((t > self) as u8 as $t)
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    const INT_LIMIT: $t = (1u64 << (<$t>::MANTISSA_DIGITS - 1)) as $t;
+                    // f32: |x| < 2^23 fits the i32 conversion; f64: 2^52 fits i64.
+                    if self.is_nan() || self.abs() >= INT_LIMIT {
+                        return self;
+                    }
+                    // Branchless: subtract 1 where truncation went up (negatives).
+                    let t = self as $int as $t;
+                    t - ((t > self) as u8 as $t)
+                }
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -68,8 +82,8 @@ macro_rules! impl_lattice_float {
         }
     };
 }
-impl_lattice_float!(f32, i32);
-impl_lattice_float!(f64, i64);
+impl_lattice_float!(f32, i32, floorf32);
+impl_lattice_float!(f64, i64, floorf64);
 
 /// Nearest point of D8 (integer vectors with an even sum) to `x`, as plain
 /// (not doubled) integer coordinates, with the squared distance to it.

@@ -17,6 +17,9 @@
 //! `octex-lattice` (which re-exports [`e8`] and [`key`]) and `octex-kernels`
 //! (which re-exports [`layout`]).
 #![cfg_attr(not(test), no_std)]
+// The GPU build rounds down with the hardware's `cvt.rmi` ([`e8`]'s floor).
+#![cfg_attr(target_arch = "nvptx64", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
 pub mod e8;
 pub mod key;

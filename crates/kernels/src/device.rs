@@ -134,6 +134,7 @@ pub struct Gpu {
     pub(crate) wave_search_narrow: CudaFunction,
     pub(crate) wave_search_latency: CudaFunction,
     pub(crate) fragment_keys: CudaFunction,
+    pub(crate) query_fragments: CudaFunction,
     pub(crate) sub_bias: CudaFunction,
     pub(crate) row_sq_norms: CudaFunction,
     pub(crate) topk_tile: CudaFunction,
@@ -292,6 +293,7 @@ impl Gpu {
         }
         Ok(Self {
             fragment_keys: f("fragment_keys")?,
+            query_fragments: f("query_fragments")?,
             sub_bias: f("sub_bias")?,
             row_sq_norms: f("row_sq_norms")?,
             ctx,

@@ -19,8 +19,9 @@
 //!   relies on; callers never see a launch configuration:
 //!   - `linalg.rs`: the cuBLAS products, `sub_bias`, `row_sq_norms`,
 //!     `topk_tile` (methods of [`Gpu`]); [`brute`]: exact brute force;
-//!   - `search.rs`: the launcher of `wave_search` (which of its four entry
-//!     points a batch gets), `fragment_keys` and the device views they read
+//!   - `search.rs`: the launchers of `wave_search` (which of its four entry
+//!     points a batch gets), of `query_fragments` (its passes before it) and
+//!     of `fragment_keys`, and the device views they read
 //!     ([`DeviceIndexView`], [`DeviceBatchView`]);
 //!   - [`builder`]: the builder's kernels (fragment keys of a copy, the
 //!     segment kernels, short-fragment completion, key tables, the sketch);
@@ -135,6 +136,7 @@ mod tests {
             "wave_search_narrow",
             "wave_search_latency",
             "fragment_keys",
+            "query_fragments",
             "sub_bias",
             "row_sq_norms",
             "topk_tile",

@@ -1,14 +1,17 @@
-//! Launchers of the search kernels (`gpu/src/search.rs`): the per-query
-//! `wave_search` and `fragment_keys`, and the views they read:
-//! [`DeviceIndexView`] (an index view with its copy in device memory, which
-//! `fragment_keys` reads) and [`DeviceBatchView`] (a batch view; `wave_search`
-//! takes both views by value, as kernel parameters).
+//! Launchers of the search kernels (`gpu/src/search.rs`,
+//! `gpu/src/fragments.rs`): the per-query `wave_search`, the per-item
+//! passes of `query_fragments` that run before it for large batches, and
+//! `fragment_keys`; and the views they read: [`DeviceIndexView`] (an index
+//! view with its copy in device memory, which `fragment_keys` reads) and
+//! [`DeviceBatchView`] (a batch view; `wave_search` and `query_fragments`
+//! take both views by value, as kernel parameters).
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 
 use crate::device::{cfg_threads, SearchKernel};
 use crate::layout::{
-    BatchView, IndexView, SearchSmem, BLOCK_THREADS, LATENCY_BLOCK_THREADS, NARROW_BLOCK_THREADS,
+    BatchView, FragmentLookupLayout, IndexView, SearchSmem, BLOCK_THREADS, LATENCY_BLOCK_THREADS,
+    LOOKUP_TILE_SMEM, MAX_LOOKUP_SPACINGS, NARROW_BLOCK_THREADS,
 };
 use crate::{blocks_for, cfg, Gpu, GpuError, Layout};
 
@@ -34,6 +37,62 @@ impl Gpu {
         // SAFETY: sizes asserted above; the view's pointers are live (DeviceIndexView
         // is built from buffers its owner keeps).
         unsafe { b.launch(cfg(blocks_for(items)?, 0)) }?;
+        Ok(())
+    }
+
+    /// The fragment of every (query, copy) of a batch whose view names a
+    /// `frag_hits` buffer ([`FragmentLookupLayout`]), for the `wave_search`
+    /// launch that follows: its counts zeroed, then one `query_fragments`
+    /// pass per spacing, finest first. Does nothing for a view without one
+    /// (`wave_search` then finds them itself).
+    pub fn query_fragments(
+        &self,
+        index: &DeviceIndexView,
+        batch: &DeviceBatchView,
+        buffer: &mut CudaSlice<u32>,
+    ) -> Result<(), GpuError> {
+        let (iv, bv) = (index.view, batch.view);
+        if bv.frag_hits == 0 {
+            return Ok(());
+        }
+        let lay = FragmentLookupLayout::new(bv.nq, iv.copies);
+        let copy_dim = 8 * iv.blocks;
+        if iv.spacings > MAX_LOOKUP_SPACINGS
+            || FragmentLookupLayout::tile_smem(copy_dim) > LOOKUP_TILE_SMEM
+            || buffer.len() < lay.words as usize
+        {
+            return Err(GpuError::Unsupported(format!(
+                "internal: a fragment lookup of {} spacings, copies of {copy_dim} coordinates, into {} words (at most {MAX_LOOKUP_SPACINGS} spacings, tiles of {LOOKUP_TILE_SMEM} bytes, {} words)",
+                iv.spacings,
+                buffer.len(),
+                lay.words
+            )));
+        }
+        let counts = lay.counts as usize;
+        self.stream
+            .memset_zeros(&mut buffer.slice_mut(counts..counts + MAX_LOOKUP_SPACINGS as usize))?;
+        let items = bv.nq as u64 * iv.copies as u64;
+        let (index_view, batch_view) = (Layout(iv), Layout(bv));
+        for spacing in 0..iv.spacings {
+            // Pass 0 in tiles with their projections in shared memory; the
+            // later ones a thread per item.
+            let launch = if spacing == 0 {
+                cfg(
+                    FragmentLookupLayout::tiles(bv.nq, iv.copies, copy_dim),
+                    FragmentLookupLayout::tile_smem(copy_dim),
+                )
+            } else {
+                cfg(blocks_for(items)?, 0)
+            };
+            let mut b = self.stream.launch_builder(&self.query_fragments);
+            b.arg(&index_view).arg(&batch_view).arg(&spacing);
+            // SAFETY: the views' pointers are live and sized as they say
+            // (their owners build them; the buffer holds `lay.words` words,
+            // checked above); pass 0 gets its tiles' shared memory (at most
+            // LOOKUP_TILE_SMEM, the default limit), the later passes a thread
+            // per item (the kernel returns past the pass's count).
+            unsafe { b.launch(launch) }?;
+        }
         Ok(())
     }
 

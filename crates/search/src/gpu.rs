@@ -10,9 +10,12 @@
 //!    exactly as the CPU backend does);
 //! 2. one CUDA graph per batch shape, captured at first use and replayed:
 //!    cuBLAS projects the batch (principal coordinates and all copies, in one
-//!    product or two: `gpu/device_index.rs`, `Projection`), then
-//!    `wave_search` runs each query's first round, `W` waves and
-//!    exact rerank in one block, with no host synchronisation inside;
+//!    product or two: `gpu/device_index.rs`, `Projection`); for batches of
+//!    more queries than multiprocessors, `query_fragments` finds every
+//!    query's fragment in every copy (one pass per spacing, finest first);
+//!    then `wave_search` runs each query's first round (finding the
+//!    fragments itself in small batches), `W` waves and exact rerank in one
+//!    block, with no host synchronisation inside;
 //! 3. ids and distances back to the host.
 //!
 //! Batches larger than [`GpuOptions::max_batch`] are split. Without a driver,
@@ -23,7 +26,8 @@
 //! A query goes one way down: [`GpuSearcher::search`] → `search_inner` (the
 //! checks and the [`SearchPlan`]) → `search_pipelined` (stored-space
 //! preparation, upload) → `batch::capture` (once per batch shape) →
-//! `Gpu::wave_search` in `octex-kernels`, which launches the kernel.
+//! `batch::launch_batch` → `Gpu::query_fragments` and `Gpu::wave_search` in
+//! `octex-kernels`, which launch the kernels.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -48,6 +52,8 @@ use pipeline::Slot;
 pub struct GpuPhaseTimes {
     pub upload_ms: f64,
     pub project_ms: f64,
+    /// The fragment lookup's passes (batches that take them) and
+    /// `wave_search`.
     pub search_ms: f64,
     pub download_ms: f64,
 }

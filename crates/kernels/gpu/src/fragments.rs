@@ -4,6 +4,8 @@
 //!
 //! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
 
+use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
+
 use crate::e8::decode_e8;
 use crate::key::{EMPTY_KEY, KeyHasher};
 use crate::layout::*;
@@ -247,5 +249,139 @@ unsafe fn find_fragments_half_groups<const TH: u32>(
             }
             first += TH;
         }
+    }
+}
+
+/// One pass of the batch's fragment lookup (`FragmentLookupLayout`, in
+/// `batch.frag_hits`): every (query, copy) item left by the pass before (in
+/// pass 0, every item) decoded at `spacing` and looked up, with the same
+/// decoding and lookup as [`find_fragments`]. A stored fragment, or none at
+/// the coarsest spacing, settles the item's entry of `hits`; the others go to
+/// the list of the next pass (a warp's together, after one atomic add).
+/// `wave_search` then reads `hits` instead of finding the fragments itself.
+/// Launched once per spacing, finest first: pass 0 in tiles of
+/// `LOOKUP_TILE_QUERIES` queries by `tile_copies` copies, one block each,
+/// with `tile_smem` bytes of shared memory ([`stage_tile`]); the later passes
+/// with a thread for every item (those past the pass's count return).
+///
+/// Why a kernel of its own: inside `wave_search` every (copy, spacing) of a
+/// query is decoded at once (a query's rounds wait on it), so the coarser
+/// spacings are decoded for the copies whose finest fragment is stored too
+/// (80% of them at the builder's default hit rate), and the decoding and the
+/// key-table loads ran at the search's occupancy. Here a pass decodes only
+/// what is left, at full occupancy.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: BatchView, spacing: u32) {
+    let (ix, bt) = (index, batch);
+    let lay = FragmentLookupLayout::new(bt.nq, ix.copies);
+    let words = bt.frag_hits as *mut u32;
+    let cd = 8 * ix.blocks;
+    // SAFETY: the buffer holds `lay.words` words (the host sizes it), the
+    // counts are past passes' (complete: an earlier launch on the stream);
+    // z holds width values per query (rows z_stride apart), the search
+    // shifts spacings x width values; pass 0 has `tile_smem` bytes of
+    // dynamic shared memory.
+    unsafe {
+        let counts = words.add(lay.counts as usize);
+        let hits = words.add(lay.hits as usize);
+        let shifts = (ix.search_shifts as *const f32).add((spacing * ix.width) as usize);
+        let inv = *(ix.inv_spacings as *const f32).add(spacing as usize);
+        let mut item = 0;
+        let mut left = false;
+        if spacing == 0 {
+            let (qi, c, z) = stage_tile(&ix, &bt);
+            if qi < bt.nq && c < ix.copies {
+                item = qi * ix.copies + c;
+                let (key, _) = fragment_key_of(z, shifts.add((c * cd) as usize), inv, ix.blocks);
+                left = settle(&ix, hits, item, c, spacing, key);
+            }
+        } else {
+            let n = core::ptr::read_volatile(counts.add(spacing as usize - 1));
+            let g = bid() * T + tid();
+            // Whole warps past the count leave; the others vote together.
+            if g & !31 >= n {
+                return;
+            }
+            if g < n {
+                item = *words.add((lay.lists[((spacing - 1) & 1) as usize] + g) as usize);
+                let (qi, c) = (item / ix.copies, item % ix.copies);
+                let z = (bt.z as *const f32).add(qi as usize * bt.z_stride as usize + (c * cd) as usize);
+                let (key, _) = fragment_key_of(z, shifts.add((c * cd) as usize), inv, ix.blocks);
+                left = settle(&ix, hits, item, c, spacing, key);
+            }
+        }
+        let votes = ballot(left);
+        if votes != 0 {
+            let first = votes.trailing_zeros();
+            let mut at = 0;
+            if lane() == first {
+                at = add_global_u32(counts.add(spacing as usize), votes.count_ones());
+            }
+            at = shfl_idx_u32(at, first);
+            if left {
+                let below = (votes & ((1u32 << lane()) - 1)).count_ones();
+                *words.add((lay.lists[(spacing & 1) as usize] + at + below) as usize) = item;
+            }
+        }
+    }
+}
+
+/// Look `key` up in the table of (copy `c`, `spacing`): a stored fragment,
+/// or none at the coarsest spacing, settles `hits[item]`; returns whether the
+/// item is left for the next spacing.
+///
+/// # Safety
+/// `hits` holds `item + 1` values; `c` is a copy of the index.
+#[inline(always)]
+unsafe fn settle(ix: &IndexView, hits: *mut u32, item: u32, c: u32, spacing: u32, key: u64) -> bool {
+    // SAFETY: the caller's contract; the table is one of the index's.
+    unsafe {
+        match lookup(ix, c * ix.spacings + spacing, key) {
+            Some(f) => *hits.add(item as usize) = f as u32,
+            None if spacing + 1 < ix.spacings => return true,
+            None => *hits.add(item as usize) = NO_FRAGMENT,
+        }
+    }
+    false
+}
+
+/// Pass 0's tile of this block (`LOOKUP_TILE_QUERIES` queries by
+/// `tile_copies` copies): their projections staged in shared memory, each
+/// query's row read by consecutive threads; then this thread's query (lane)
+/// and copy (warp; `u32::MAX` for warps past the tile's copies) and its
+/// coordinates there. Called by every thread of the block.
+///
+/// # Safety
+/// The block has `tile_smem` bytes of dynamic shared memory; z holds width
+/// values per query, rows z_stride apart.
+#[inline(always)]
+unsafe fn stage_tile(ix: &IndexView, bt: &BatchView) -> (u32, u32, *const f32) {
+    let cd = 8 * ix.blocks;
+    let tile_copies = FragmentLookupLayout::tile_copies(cd);
+    let row = FragmentLookupLayout::tile_row(cd);
+    let copy_tiles = ix.copies.div_ceil(tile_copies);
+    let (q0, c0) = (
+        bid() / copy_tiles * LOOKUP_TILE_QUERIES,
+        bid() % copy_tiles * tile_copies,
+    );
+    let span = tile_copies.min(ix.copies - c0) * cd;
+    let staged = gpu_launch_sized_workgroup_mem::<f32>() as *mut f32;
+    // SAFETY: rows r < LOOKUP_TILE_QUERIES of `row > span` values fit the
+    // shared memory; the reads stay in query q's row of z.
+    unsafe {
+        let mut r = 0;
+        while r < LOOKUP_TILE_QUERIES && q0 + r < bt.nq {
+            let src = (bt.z as *const f32).add((q0 + r) as usize * bt.z_stride as usize + (c0 * cd) as usize);
+            let mut o = tid();
+            while o < span {
+                *staged.add((r * row + o) as usize) = *src.add(o as usize);
+                o += T;
+            }
+            r += 1;
+        }
+        sync();
+        let (w, l) = (tid() / 32, lane());
+        let c = if w < tile_copies { c0 + w } else { u32::MAX };
+        (q0 + l, c, staged.add((l * row + w.min(tile_copies - 1) * cd) as usize))
     }
 }

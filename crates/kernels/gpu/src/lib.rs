@@ -18,7 +18,9 @@
 //!   spacing);
 //! - [`fragments`]: the first step of a search, the query's fragment in every
 //!   (copy, spacing): E8 decoding spread over lanes, the key hash, the
-//!   key-table lookup;
+//!   key-table lookup; and `query_fragments`, the same for a whole batch
+//!   before `wave_search`, one pass per spacing over what the finer ones
+//!   left;
 //! - [`distance`]: the search's sketch estimate (`dp2a` over the query's
 //!   int16 codes) and exact distance;
 //! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and

@@ -470,13 +470,19 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
             sync();
             return;
         }
-        // First round: every (copy, spacing) decoded and looked up at once; per
-        // copy, the finest spacing whose fragment is stored.
+        // First round: every (copy, spacing) decoded and looked up at once
+        // (here, or by `query_fragments` before this kernel); per copy, the
+        // finest spacing whose fragment is stored.
         let nsp = ix.spacings;
         let hits_by_spacing = base.add(lay.hits_by_spacing as usize) as *mut u32;
+        let found = FragmentLookupLayout::new(bt.nq, ix.copies).hits as usize;
+        // (Not read when the view has no buffer: wrapping, as it may be null.)
+        let found = (bt.frag_hits as *const u32).wrapping_add(found + (qi * ix.copies) as usize);
+        if bt.frag_hits == 0 {
+            find_fragments::<TH>(&ix, &bt, qi, hits_by_spacing);
+        }
         let fresh = large.add(lay.fresh as usize) as *mut u32;
         let fresh_count = ctr.add(CTR_FRESH);
-        find_fragments::<TH>(&ix, &bt, qi, hits_by_spacing);
         sync();
         // The query's sketch coordinates times the scales, `a_j`
         // ([`crate::sketch`]): their largest magnitude sets the code step.
@@ -501,8 +507,11 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         let mut c = t;
         while c < ix.copies {
             let mut hit = u32::MAX;
+            if bt.frag_hits != 0 {
+                hit = *found.add(c as usize);
+            }
             let mut sp = 0;
-            while sp < nsp && hit == u32::MAX {
+            while bt.frag_hits == 0 && sp < nsp && hit == u32::MAX {
                 hit = *hits_by_spacing.add((c * nsp + sp) as usize);
                 sp += 1;
             }

@@ -1,10 +1,12 @@
 //! One batch on the device: its buffers ([`BatchBuffers`]), its sizes
-//! ([`batch_view`], from the search plan), and its launches (the projection
-//! products, then `wave_search`), run directly or captured as a CUDA graph.
+//! ([`batch_view`], from the search plan), and its launches
+//! ([`launch_batch`]: the projection products, the fragment lookup, then
+//! `wave_search`), run directly or captured as a CUDA graph.
 
 use octex_kernels::driver::{CudaGraph, CudaSlice};
 use octex_kernels::layout::{
-    BatchView, SearchSmem, MAX_HASH_SLOTS, MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
+    BatchView, FragmentLookupLayout, IndexView, SearchSmem, LOOKUP_TILE_SMEM, MAX_HASH_SLOTS,
+    MAX_LOOKUP_SPACINGS, MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
 };
 use octex_kernels::{device_address, DeviceBatchView, Gpu, GpuError};
 
@@ -23,6 +25,9 @@ pub(super) struct BatchBuffers {
     pub ids: CudaSlice<u32>,
     pub dists: CudaSlice<f32>,
     pub stats: CudaSlice<u64>,
+    /// `query_fragments`' buffer ([`FragmentLookupLayout`]), for batches that
+    /// find their fragments in a kernel of their own ([`FragmentLookup`]).
+    pub frag_hits: CudaSlice<u32>,
     /// Global scratch of a spilled batch ([`batch_view`]), grown on demand.
     pub scratch: Option<CudaSlice<u8>>,
     pub k_cap: usize,
@@ -53,6 +58,7 @@ impl BatchBuffers {
             ids: gpu.zeros(n * k_cap)?,
             dists: gpu.zeros(n * k_cap)?,
             stats: gpu.zeros(STAT_SLOTS)?,
+            frag_hits: gpu.zeros(lookup_words(n, index.copies).unwrap_or(1))?,
             scratch: None,
             k_cap,
             view: DeviceBatchView::new(BatchView::default()),
@@ -110,6 +116,10 @@ pub(super) fn batch_view(
         out_dists: device_address(&b.dists, st),
         stats: device_address(&b.stats, st),
         scratch: 0,
+        frag_hits: match FragmentLookup::for_batch(nq, ix, s) {
+            FragmentLookup::OwnKernel => device_address(&b.frag_hits, st),
+            FragmentLookup::InSearch => 0,
+        },
         nq: nq as u32,
         k: k as u32,
         read_depth: r,
@@ -166,6 +176,96 @@ pub(super) fn batch_view(
         }
     }
     Ok(view)
+}
+
+/// Where a batch's fragments (the decoding of every copy and spacing of a
+/// query and its key-table lookup) are found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FragmentLookup {
+    /// In `query_fragments`, one pass per spacing before `wave_search`
+    /// (which reads the fragments found): each decodes only the (query,
+    /// copy) items the finer spacings left without a stored fragment, at
+    /// full occupancy. Measured (H200, batch 10,000, same index and lease,
+    /// each binary twice, interleaved, the quick grid or `--shapes`;
+    /// `docs/bench/lookup-kernel-ab/`), against `main`'s search, which found
+    /// every (copy, spacing) inside `wave_search`: synth-1m +5.6% (median of
+    /// 42 points; W1 +7.5%, S128 W4 -0.8%), Fashion-MNIST +4.7% (W1 +8.5%),
+    /// GloVe-50 C = 128 +10.4% (+6% to +21%, every point); against
+    /// `InSearch` in the same binary, synth-1m +3.7%, GloVe-50 +8.3%.
+    OwnKernel,
+    /// Inside `wave_search`, by each query's block, before its first round.
+    InSearch,
+}
+
+impl FragmentLookup {
+    /// The lookup of a batch of `nq` queries over `index`: its own kernel,
+    /// except for batches of at most one query per multiprocessor, whose
+    /// blocks have a multiprocessor each and decode with all its threads
+    /// (there the kernel's launches and passes measured slower: batch-100
+    /// latency, median over the grid, synth-1m 0.063 -> 0.087 ms, GloVe-50
+    /// C = 128 0.099 -> 0.122 ms), and for indexes whose spacings or copies
+    /// pass its limits ([`MAX_LOOKUP_SPACINGS`], [`LOOKUP_TILE_SMEM`]).
+    /// `OCTEX_GPU_FRAGMENT_LOOKUP=search` (or `kernel`) sets it for every
+    /// batch, for measurements.
+    pub(super) fn for_batch(nq: usize, index: &IndexView, gpu: &Gpu) -> Self {
+        if index.spacings > MAX_LOOKUP_SPACINGS
+            || FragmentLookupLayout::tile_smem(8 * index.blocks) > LOOKUP_TILE_SMEM
+            || lookup_words(nq, index.copies).is_none()
+        {
+            return FragmentLookup::InSearch;
+        }
+        static FORCED: std::sync::OnceLock<Option<FragmentLookup>> = std::sync::OnceLock::new();
+        let forced = FORCED.get_or_init(|| {
+            match std::env::var("OCTEX_GPU_FRAGMENT_LOOKUP").ok()?.as_str() {
+                "search" => Some(FragmentLookup::InSearch),
+                "kernel" => Some(FragmentLookup::OwnKernel),
+                other => {
+                    tracing::warn!(
+                        "OCTEX_GPU_FRAGMENT_LOOKUP={other} is neither `search` nor `kernel`; ignored"
+                    );
+                    None
+                }
+            }
+        });
+        match forced {
+            Some(f) => *f,
+            None if nq <= gpu.multiprocessors() as usize => FragmentLookup::InSearch,
+            None => FragmentLookup::OwnKernel,
+        }
+    }
+}
+
+/// Words of `query_fragments`' buffer for `nq` queries of `copies` copies,
+/// if its offsets fit the kernel's 32-bit arithmetic.
+fn lookup_words(nq: usize, copies: u32) -> Option<usize> {
+    let items = u32::try_from(nq).ok()?.checked_mul(copies)?;
+    items.checked_mul(3)?.checked_add(MAX_LOOKUP_SPACINGS)?;
+    Some(FragmentLookupLayout::new(nq as u32, copies).words as usize)
+}
+
+/// The launches of one batch's search, after its queries are on the device:
+/// the projection products ([`project`]), the fragment lookup when the view
+/// asks for its own kernel, and `wave_search`. The profiled path times the
+/// projection apart: it calls [`project`] and [`search_launches`] itself.
+pub(super) fn launch_batch(
+    g: &Gpu,
+    dev: &DeviceIndex,
+    b: &mut BatchBuffers,
+    nq: usize,
+) -> Result<(), GpuError> {
+    project(g, dev, b, nq)?;
+    search_launches(g, dev, b)
+}
+
+/// The launches after the projection: `query_fragments` (a view without a
+/// `frag_hits` buffer launches nothing there) and `wave_search`.
+pub(super) fn search_launches(
+    g: &Gpu,
+    dev: &DeviceIndex,
+    b: &mut BatchBuffers,
+) -> Result<(), GpuError> {
+    g.query_fragments(&dev.view, &b.view, &mut b.frag_hits)?;
+    g.wave_search(&dev.view, &b.view)
 }
 
 /// How [`visited_slots`] rounds the set's size up.
@@ -323,7 +423,7 @@ pub(super) fn capture(
             b.view.view.nq
         )));
     }
-    g.capture(|| project(g, dev, b, nq).and_then(|_| g.wave_search(&dev.view, &b.view)))
+    g.capture(|| launch_batch(g, dev, b, nq))
 }
 
 #[cfg(test)]

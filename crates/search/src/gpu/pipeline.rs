@@ -7,7 +7,7 @@
 use octex_kernels::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
-use super::batch::{batch_view, capture, project, BatchBuffers};
+use super::batch::{batch_view, capture, launch_batch, BatchBuffers};
 use super::device_index::DeviceIndex;
 use super::{GpuSearcher, MAX_GRAPHS};
 use crate::{SearchError, SearchPlan, SearchStats};
@@ -164,8 +164,7 @@ impl GpuSearcher {
                 if graphs {
                     self.graphs[&view].launch()?;
                 } else {
-                    project(&self.gpu, &self.dev, &mut slot.buffers, n)?;
-                    self.gpu.wave_search(&self.dev.view, &slot.buffers.view)?;
+                    launch_batch(&self.gpu, &self.dev, &mut slot.buffers, n)?;
                 }
                 slot.ids
                     .download_prefix(n * k, &slot.buffers.ids, &compute)?;

@@ -10,7 +10,7 @@ use octex_kernels::layout::{
 };
 use octex_kernels::GpuError;
 
-use super::batch::{batch_view, project};
+use super::batch::{batch_view, project, search_launches};
 use super::{GpuPhaseTimes, GpuSearcher};
 use crate::{SearchError, SearchParams, SearchPlan, SearchResults, SearchStats};
 
@@ -89,8 +89,10 @@ impl GpuSearcher {
     /// Device time of each phase inside `wave_search` for these queries (one
     /// batch): the kernel is replayed ending after each phase in turn, and the
     /// differences are the phases' costs, in milliseconds per batch:
-    /// `[projection + init, decode and lookups, first-round gather and sort,
-    /// waves, rerank]`.
+    /// `[projection (with the fragment lookup's passes, for batches that
+    /// take `query_fragments`) + init, decode and lookups inside the search
+    /// kernel (for those batches: reading the fragments found),
+    /// first-round gather and sort, waves, rerank]`.
     pub fn phase_costs(
         &mut self,
         queries: &[f32],
@@ -172,8 +174,7 @@ impl GpuSearcher {
         // The launches of the graph, outside it, with events between.
         project(&self.gpu, &self.dev, &mut self.slots[0].buffers, nq)?;
         e[2].record(&st)?;
-        self.gpu
-            .wave_search(&self.dev.view, &self.slots[0].buffers.view)?;
+        search_launches(&self.gpu, &self.dev, &mut self.slots[0].buffers)?;
         e[3].record(&st)?;
         st.memcpy_dtoh(&self.slots[0].buffers.ids.slice(..nq * k), out_ids)?;
         st.memcpy_dtoh(&self.slots[0].buffers.dists.slice(..nq * k), out_dists)?;

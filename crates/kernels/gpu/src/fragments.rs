@@ -270,6 +270,13 @@ unsafe fn find_fragments_half_groups<const TH: u32>(
 /// (80% of them at the builder's default hit rate), and the decoding and the
 /// key-table loads ran at the search's occupancy. Here a pass decodes only
 /// what is left, at full occupancy.
+///
+/// # Safety
+/// Launched by `Gpu::query_fragments`: the views' pointers are live and
+/// sized as they say, `frag_hits` holds `FragmentLookupLayout::words`
+/// words with the counts zeroed before pass 0, the passes run in order on
+/// one stream, pass 0 with the grid of `tiles` and `tile_smem` bytes of
+/// shared memory, the later ones with a thread per item.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: BatchView, spacing: u32) {
     let (ix, bt) = (index, batch);

@@ -248,6 +248,14 @@ pub const LOOKUP_TILE_SMEM: u32 = 48 * 1024;
 pub const MAX_LOOKUP_SPACINGS: u32 = 16;
 
 impl FragmentLookupLayout {
+    /// Whether `query_fragments` takes an index of `spacings` spacings and
+    /// copies of `copy_dim` coordinates (else `wave_search` finds the
+    /// fragments itself): the counts have room, and a tile fits
+    /// [`LOOKUP_TILE_SMEM`].
+    pub const fn takes(spacings: u32, copy_dim: u32) -> bool {
+        spacings <= MAX_LOOKUP_SPACINGS && Self::tile_smem(copy_dim) <= LOOKUP_TILE_SMEM
+    }
+
     /// Copies of a first-pass tile whose copies have `copy_dim` coordinates:
     /// one per warp of a `BLOCK_THREADS` block, fewer where the staged
     /// projections would pass [`LOOKUP_TILE_SMEM`].
@@ -461,6 +469,9 @@ mod tests {
                 assert!(tiles * LOOKUP_TILE_QUERIES * copies >= nq * c);
             }
         }
+        assert!(FragmentLookupLayout::takes(2, 32));
+        assert!(!FragmentLookupLayout::takes(MAX_LOOKUP_SPACINGS + 1, 32));
+        assert!(!FragmentLookupLayout::takes(2, 1024));
         let lay = FragmentLookupLayout::new(10_000, 128);
         assert_eq!(lay.hits, MAX_LOOKUP_SPACINGS);
         assert_eq!(lay.lists, [lay.hits + 1_280_000, lay.hits + 2_560_000]);

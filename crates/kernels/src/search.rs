@@ -57,9 +57,7 @@ impl Gpu {
         }
         let lay = FragmentLookupLayout::new(bv.nq, iv.copies);
         let copy_dim = 8 * iv.blocks;
-        if iv.spacings > MAX_LOOKUP_SPACINGS
-            || FragmentLookupLayout::tile_smem(copy_dim) > LOOKUP_TILE_SMEM
-            || buffer.len() < lay.words as usize
+        if !FragmentLookupLayout::takes(iv.spacings, copy_dim) || buffer.len() < lay.words as usize
         {
             return Err(GpuError::Unsupported(format!(
                 "internal: a fragment lookup of {} spacings, copies of {copy_dim} coordinates, into {} words (at most {MAX_LOOKUP_SPACINGS} spacings, tiles of {LOOKUP_TILE_SMEM} bytes, {} words)",

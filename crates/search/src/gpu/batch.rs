@@ -5,8 +5,8 @@
 
 use octex_kernels::driver::{CudaGraph, CudaSlice};
 use octex_kernels::layout::{
-    BatchView, FragmentLookupLayout, IndexView, SearchSmem, LOOKUP_TILE_SMEM, MAX_HASH_SLOTS,
-    MAX_LOOKUP_SPACINGS, MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
+    BatchView, FragmentLookupLayout, IndexView, SearchSmem, MAX_HASH_SLOTS, MAX_LOOKUP_SPACINGS,
+    MAX_SPILL_HASH_SLOTS, STAT_SLOTS,
 };
 use octex_kernels::{device_address, DeviceBatchView, Gpu, GpuError};
 
@@ -204,12 +204,11 @@ impl FragmentLookup {
     /// (there the kernel's launches and passes measured slower: batch-100
     /// latency, median over the grid, synth-1m 0.063 -> 0.087 ms, GloVe-50
     /// C = 128 0.099 -> 0.122 ms), and for indexes whose spacings or copies
-    /// pass its limits ([`MAX_LOOKUP_SPACINGS`], [`LOOKUP_TILE_SMEM`]).
+    /// pass its limits ([`FragmentLookupLayout::takes`]).
     /// `OCTEX_GPU_FRAGMENT_LOOKUP=search` (or `kernel`) sets it for every
     /// batch, for measurements.
     pub(super) fn for_batch(nq: usize, index: &IndexView, gpu: &Gpu) -> Self {
-        if index.spacings > MAX_LOOKUP_SPACINGS
-            || FragmentLookupLayout::tile_smem(8 * index.blocks) > LOOKUP_TILE_SMEM
+        if !FragmentLookupLayout::takes(index.spacings, 8 * index.blocks)
             || lookup_words(nq, index.copies).is_none()
         {
             return FragmentLookup::InSearch;

@@ -217,6 +217,7 @@ pub fn run(
     let mut g = index.gpu(&GpuOptions {
         device: 0,
         max_batch: batch,
+        ..GpuOptions::default()
     })?;
     let device = g.device();
     let peak_gbps = g.peak_memory_bandwidth().map(|b| b / 1e9);

@@ -129,6 +129,7 @@ pub fn open(index: &Index, backend: Backend, batch: usize) -> Result<BackendSear
     let opts = GpuOptions {
         device: 0,
         max_batch: batch.max(1),
+        ..GpuOptions::default()
     };
     let s = index.open_on(backend, &opts)?;
     eprintln!("searching on {} ({})", s.backend(), s.device());

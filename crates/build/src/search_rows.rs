@@ -71,6 +71,8 @@ fn searcher(index: &octex_search::Index, gpu: bool) -> Result<BackendSearcher, B
     let opts = GpuOptions {
         device: 0,
         max_batch: 8_192,
+        // The rows are built from exact products, as on the CPU.
+        tf32_projection: false,
     };
     index
         .open_on(backend, &opts)

@@ -121,7 +121,7 @@ impl Index {
     pub fn gpu(&self, opts: &GpuOptions) -> Result<GpuSearcher, SearchError> {
         let gpu = Gpu::open(opts.device)?;
         let t = Instant::now();
-        let dev = DeviceIndex::upload(&gpu, self)?;
+        let dev = DeviceIndex::upload(&gpu, self, opts.tf32_projection)?;
         let max_batch = opts.max_batch.max(1);
         let slots = vec![
             Slot::new(&gpu, &dev, max_batch, 16)?,

@@ -257,6 +257,28 @@ pub unsafe fn load16_shared(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// Start copying 4 bytes from global to shared memory without a register in
+/// between (`cp.async`): a thread's copies are all in flight at once, where a
+/// load followed by a store waits for each load before the next (the load is
+/// generic, so the compiler cannot move it past the store to shared memory).
+/// [`copy_async_wait_all`] then a barrier make them visible to the block.
+#[inline(always)]
+pub unsafe fn copy_async_4(dst: *mut f32, src: *const f32) {
+    // SAFETY: `dst` is 4-byte aligned in this block's shared memory, `src`
+    // 4-byte aligned global memory that no kernel writes while the copy runs.
+    unsafe {
+        asm!("{{ .reg .u64 s; .reg .u64 g; cvta.to.shared.u64 s, {0}; cvta.to.global.u64 g, {1}; cp.async.ca.shared.global [s], [g], 4; }}",
+             in(reg64) dst, in(reg64) src);
+    }
+}
+
+/// Wait for this thread's [`copy_async_4`] copies.
+#[inline(always)]
+pub unsafe fn copy_async_wait_all() {
+    // SAFETY: only waits.
+    unsafe { asm!("cp.async.wait_all;") };
+}
+
 /// An `f32` from read-only global memory.
 #[inline(always)]
 pub unsafe fn load_f32_nc(p: *const f32) -> f32 {

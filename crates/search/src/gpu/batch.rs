@@ -353,7 +353,9 @@ fn parse_slots_per_entry(v: &str) -> Option<f32> {
 
 /// The projection of a batch ([`Projection`]): the principal coordinates and
 /// the projections into all copies, both before their biases (the search
-/// kernel accounts for them, so no kernel runs between the products).
+/// kernel accounts for them, so no kernel runs between the products); on
+/// TF32 tensor cores where the searcher was opened so, exact f32 otherwise
+/// (the handle goes back to exact products after them).
 pub(super) fn project(
     g: &Gpu,
     dev: &DeviceIndex,
@@ -362,7 +364,11 @@ pub(super) fn project(
 ) -> Result<(), GpuError> {
     let ix = &dev.view.view;
     let (dim, m, width) = (ix.dim as usize, ix.basis_dim as usize, ix.width as usize);
-    match (
+    let tf32 = dev.projection.tf32;
+    if tf32 {
+        g.set_tf32(true)?;
+    }
+    let r = match (
         dev.projection.fused_for(nq),
         dev.projection.two_for(nq),
         &mut b.z,
@@ -403,7 +409,11 @@ pub(super) fn project(
         _ => Err(GpuError::Unsupported(format!(
             "internal: no projection for a batch of {nq} (buffers sized for another)"
         ))),
+    };
+    if tf32 {
+        g.set_tf32(false)?;
     }
+    r
 }
 
 /// Capture projection and search of one batch shape as a CUDA graph.

@@ -34,6 +34,9 @@ pub(super) struct Projection {
     two: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     /// The largest batch that takes the fused product.
     fused_max_batch: usize,
+    /// Whether the products run on TF32 tensor cores
+    /// ([`crate::GpuOptions::tf32_projection`]).
+    pub(super) tf32: bool,
 }
 
 /// Multiply-adds the fused product may add to a batch's projection over the
@@ -56,7 +59,11 @@ fn fused_max_batch(dim: usize, mc: usize, width: usize) -> usize {
 }
 
 impl Projection {
-    fn upload(gpu: &Gpu, map: &octex_lattice::CopyMap) -> Result<(Self, usize), GpuError> {
+    fn upload(
+        gpu: &Gpu,
+        map: &octex_lattice::CopyMap,
+        tf32: bool,
+    ) -> Result<(Self, usize), GpuError> {
         let (dim, mc, width) = (map.dim, map.rotation_dim(), map.width());
         // `OCTEX_GPU_PROJECTION=two` keeps wide vectors on two products at
         // every batch size (for measurements).
@@ -85,6 +92,11 @@ impl Projection {
                 fused,
                 two,
                 fused_max_batch,
+                tf32: match std::env::var("OCTEX_GPU_PROJECTION_TF32").as_deref() {
+                    Ok("0") => false,
+                    Ok("1") => true,
+                    _ => tf32,
+                },
             },
             floats,
         ))
@@ -155,7 +167,7 @@ impl DeviceParts {
 }
 
 impl DeviceIndex {
-    pub(super) fn upload(gpu: &Gpu, index: &Index) -> Result<Self, SearchError> {
+    pub(super) fn upload(gpu: &Gpu, index: &Index, tf32: bool) -> Result<Self, SearchError> {
         let raw = &index.raw;
         let h = raw.header();
         if raw.len() >= (1usize << 31) {
@@ -191,7 +203,7 @@ impl DeviceIndex {
         let seeds_at = parts.put(gpu, seeds)?;
         let map = &index.engine.map;
         let z_bias = map.projection_bias();
-        let (projection, projection_floats) = Projection::upload(gpu, map)?;
+        let (projection, projection_floats) = Projection::upload(gpu, map, tf32)?;
         let basis_bias_at = parts.put(gpu, &map.basis_bias)?;
         // The projections' bias folded into the shifts, per spacing, so the
         // kernel's decoding reads one value per coordinate besides `z`, as the

@@ -265,8 +265,9 @@ fn large_batches_agree_between_cpu_and_gpu() {
     let queries = clustered(2_500, dim, 64, 8);
     let index = build(&base, dim, Metric::L2);
     let truth = brute_force(&base, &queries, dim, 10);
-    // Exact products: the batches must agree id for id, and cuBLAS may take
-    // TF32 tensor cores for one batch shape and not for another.
+    // Exact products (whatever the default): the batches must agree id for
+    // id, and cuBLAS may take TF32 tensor cores for one batch shape and not
+    // for another.
     let options = |max_batch| GpuOptions {
         device: 0,
         max_batch,

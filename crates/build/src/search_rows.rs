@@ -71,7 +71,8 @@ fn searcher(index: &octex_search::Index, gpu: bool) -> Result<BackendSearcher, B
     let opts = GpuOptions {
         device: 0,
         max_batch: 8_192,
-        // The rows are built from exact products, as on the CPU.
+        // The rows are built from exact products, as on the CPU, whatever
+        // the default.
         tf32_projection: false,
     };
     index

@@ -262,6 +262,11 @@ pub unsafe fn load16_shared(p: *const u32) -> [u32; 4] {
 /// load followed by a store waits for each load before the next (the load is
 /// generic, so the compiler cannot move it past the store to shared memory).
 /// [`copy_async_wait_all`] then a barrier make them visible to the block.
+///
+/// # Safety
+/// `dst` is a 4-byte aligned address in this block's shared memory, `src`
+/// a 4-byte aligned address in global memory that no kernel writes until
+/// the copy is waited for.
 #[inline(always)]
 pub unsafe fn copy_async_4(dst: *mut f32, src: *const f32) {
     // SAFETY: `dst` is 4-byte aligned in this block's shared memory, `src`
@@ -273,6 +278,10 @@ pub unsafe fn copy_async_4(dst: *mut f32, src: *const f32) {
 }
 
 /// Wait for this thread's [`copy_async_4`] copies.
+///
+/// # Safety
+/// None beyond the module's: it only waits (other threads' copies need a
+/// barrier after it as well).
 #[inline(always)]
 pub unsafe fn copy_async_wait_all() {
     // SAFETY: only waits.

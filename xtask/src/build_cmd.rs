@@ -59,6 +59,15 @@ pub struct BuildFlags {
     /// Neighbour rows: auto, exact or search.
     #[arg(long, default_value = "auto")]
     pub rows: String,
+    /// Order of the forward neighbours a row takes its head and reverse
+    /// entries from: detours (fewest two-edge detours first, chosen from
+    /// 2 Lt neighbours; the default) or distance (nearest first, the paper's).
+    #[arg(long, default_value = "detours")]
+    pub row_order: String,
+    /// Forward neighbours found per vector before its row is assembled
+    /// (default Lt in distance order, 2 Lt in detour order).
+    #[arg(long)]
+    pub row_candidates: Option<usize>,
     /// Rerank vectors in f32 instead of f16.
     #[arg(long)]
     pub f32_vectors: bool,
@@ -105,6 +114,12 @@ impl BuildFlags {
             "search" => RowMethod::Search,
             o => anyhow::bail!("--rows {o}: expected auto, exact or search"),
         };
+        p.row_order = match self.row_order.as_str() {
+            "distance" => octex_build::RowOrder::Distance,
+            "detours" => octex_build::RowOrder::Detours,
+            o => anyhow::bail!("--row-order {o}: expected distance or detours"),
+        };
+        p.row_candidates = self.row_candidates;
         if self.f32_vectors {
             p.vector_dtype = VectorDtype::F32;
         }

@@ -72,14 +72,14 @@ use no_gpu::Gpu as Device;
 #[cfg(feature = "gpu")]
 use octex_kernels::Gpu as Device;
 pub use octex_search::Backend;
-pub use params::{BuildParams, ResolvedParams, RippleRule, RowMethod, SizeEstimate};
+pub use params::{BuildParams, ResolvedParams, RippleRule, RowMethod, RowOrder, SizeEstimate};
 use progress::Stage;
 pub use progress::{NoProgress, Progress};
 use ripples::FlatRipples;
 
 // GPU builds take exact rows at the default row length: while the GPU's
 // top-k took 32, rows of 64 silently fell back to the search passes.
-const _: () = assert!(params::DEFAULT_ROW_LEN <= gpu_rows::MAX_K);
+const _: () = assert!(2 * params::DEFAULT_ROW_LEN <= gpu_rows::MAX_K);
 
 /// Why a build refused its input.
 #[derive(Debug, thiserror::Error)]
@@ -318,14 +318,15 @@ pub fn build_with_progress(
     let exact_rows = match (params.row_method, &gpu) {
         (RowMethod::Auto, Some(_)) => {
             let within_limit = n <= params.gpu_exact_rows_limit;
-            let fits_top_k = p.row_len.min(n.saturating_sub(1)) <= gpu_rows::MAX_K;
+            let fits_top_k = p.row_candidates.min(n.saturating_sub(1)) <= gpu_rows::MAX_K;
             if within_limit && !fits_top_k {
                 // Said aloud: rows of 64 once fell back here unnoticed while
                 // the GPU's top-k took 32.
                 tracing::warn!(
                     row_len = p.row_len,
+                    row_candidates = p.row_candidates,
                     gpu_top_k = gpu_rows::MAX_K,
-                    "rows longer than the GPU's exact top-k: neighbour rows by search"
+                    "row candidates beyond the GPU's exact top-k: neighbour rows by search"
                 );
             }
             within_limit && fits_top_k
@@ -345,8 +346,10 @@ pub fn build_with_progress(
         forward_head: p.forward_head,
         reverse_max: p.reverse_max,
         reverse_source: p.reverse_source,
+        order: p.row_order,
+        candidates: p.row_candidates,
     };
-    let k_fwd = p.row_len.min(n.saturating_sub(1)).max(1);
+    let k_fwd = p.row_candidates.min(n.saturating_sub(1)).max(1);
     let pb = Stage::new(progress, "neighbour rows", n as u64);
     let (parts, map, choice) = std::thread::scope(|scope| -> Result<_, BuildError> {
         // Rows longer than the GPU's top-k (`--rows exact` with Lt > 64)
@@ -378,7 +381,12 @@ pub fn build_with_progress(
         parts.rows = match gpu_rows_job {
             Some((g, job)) => {
                 let (found, secs) = job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-                let (ids, dists) = found?;
+                let (mut ids, mut dists) = found?;
+                if shape.order == rows::RowOrder::Detours {
+                    report.phase("rows_order_by_detours", || {
+                        rows::order_by_detours(&mut ids, &mut dists, k_fwd)
+                    });
+                }
                 report
                     .phases
                     .push(("rows_exact_gpu (overlapped)".to_string(), secs));

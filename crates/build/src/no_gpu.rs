@@ -27,7 +27,7 @@ pub mod gpu_rows {
 
     /// The GPU exact rows' longest row, as with the feature (never used here:
     /// there is no device to run them).
-    pub const MAX_K: usize = 64;
+    pub const MAX_K: usize = 128;
 
     pub(crate) fn not_built() -> BuildError {
         BuildError::Param(

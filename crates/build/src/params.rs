@@ -7,6 +7,7 @@ use octex_search::Backend;
 use serde::{Deserialize, Serialize};
 
 pub use crate::ripples::RippleRule;
+pub use crate::rows::RowOrder;
 
 /// How neighbour rows are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +92,33 @@ pub struct BuildParams {
     /// `v` is a reverse entry of `u` when `u` is among `v`'s first `k_s` forward
     /// neighbours. Default `Lt / 4`.
     pub reverse_source: Option<usize>,
+    /// The order of the forward neighbours a row takes its head and its
+    /// reverse entries from. Default [`RowOrder::Detours`], from
+    /// [`Self::row_candidates`] = `2 Lt` exact neighbours: a departure from
+    /// the paper's distance order, measured against it (H200, batch 10,000,
+    /// same binary and lease, each index twice, interleaved; GPU exact rows):
+    /// - GloVe-50, C = 128: best QPS at recall@10 0.995 2.88M (r12 S32 W4)
+    ///   -> 3.70M (r8 S32 W3), +28%; at 0.99 3.94M -> 4.22M; every shape
+    ///   gains recall (S32 W3 0.9906 -> 0.9951) for 5-11% more sketch
+    ///   distances;
+    /// - GloVe-50, C = 32: 0.99 at 2.89M (S48 W3) -> 4.57M (S32 W3), 0.995
+    ///   at 2.20M (S48 W4) -> 2.74M (S48 W3);
+    /// - synth-1m and Fashion-MNIST, which one wave answers: recall the same,
+    ///   QPS -0.7% and -2.0% (medians of the quick grid);
+    /// - CPU, GloVe-50 C = 32, rows by search (2 cores): recall at S48 W3
+    ///   0.9881 -> 0.9939 at the same QPS. Detours from `Lt` neighbours only
+    ///   (no more candidates) gained a third as much.
+    ///
+    /// The build pays `n (2 Lt)^2` table lookups for it (GloVe-50 on 16
+    /// cores: 8.7 s; synth-1m: 22 s) and holds `2 Lt` neighbours a vector
+    /// while the rows are assembled. `docs/RESULTS.md`, "Rows in detour order".
+    #[serde(default)]
+    pub row_order: RowOrder,
+    /// Forward neighbours found per vector before its row is assembled, `k`
+    /// (at least `Lt`). Default `Lt` in distance order, `2 Lt` in detour
+    /// order, which then chooses a row's entries from twice as many.
+    #[serde(default)]
+    pub row_candidates: Option<usize>,
     /// How rows are computed. Default [`RowMethod::Auto`].
     pub row_method: RowMethod,
     /// Largest `n` for exact rows under [`RowMethod::Auto`]. Default 20,000: above
@@ -142,6 +170,8 @@ impl Default for BuildParams {
             forward_head: None,
             reverse_max: None,
             reverse_source: None,
+            row_order: RowOrder::Detours,
+            row_candidates: None,
             row_method: RowMethod::Auto,
             exact_rows_limit: 20_000,
             gpu_exact_rows_limit: 10_000_000,
@@ -178,6 +208,10 @@ pub struct ResolvedParams {
     pub forward_head: usize,
     pub reverse_max: usize,
     pub reverse_source: usize,
+    #[serde(default)]
+    pub row_order: RowOrder,
+    #[serde(default)]
+    pub row_candidates: usize,
     pub exact_rows: bool,
     pub vector_dtype: VectorDtype,
     pub pca_sample: usize,
@@ -252,6 +286,14 @@ impl BuildParams {
             forward_head: self.forward_head.unwrap_or(row_len / 2).min(row_len),
             reverse_max: self.reverse_max.unwrap_or(row_len / 4),
             reverse_source: self.reverse_source.unwrap_or((row_len / 4).max(1)),
+            row_order: self.row_order,
+            row_candidates: self
+                .row_candidates
+                .unwrap_or(match self.row_order {
+                    RowOrder::Distance => row_len,
+                    RowOrder::Detours => 2 * row_len,
+                })
+                .max(row_len),
             exact_rows: match self.row_method {
                 RowMethod::Exact => true,
                 RowMethod::Search => false,

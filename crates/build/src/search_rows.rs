@@ -95,7 +95,7 @@ pub fn rows_by_search(
 ) -> Result<Vec<u32>, BuildError> {
     let n = x.len() / dim;
     let lt = shape.row_len;
-    let k = lt.min(n.saturating_sub(1)).max(1);
+    let k = shape.candidates.max(lt).min(n.saturating_sub(1)).max(1);
     let list_len = parts.header.list_len as usize;
     let rerank = (2 * lt).max(k + 1).min(n);
     pb.restart(2 * n as u64, 0);

@@ -68,10 +68,11 @@ pub const EXACT_BIT: u32 = 1 << 30;
 pub const MAX_WAVE_RERANK_VECTORS: usize = 1 << 30;
 
 /// Most `k` of the brute-force top-k kernel (per-thread lists live in registers
-/// and local memory). 64, the default row length, so that GPU builds of up to
-/// `gpu_exact_rows_limit` vectors get the paper's exact neighbour rows (at 32,
-/// rows of 64 fell back to the two search passes).
-pub const MAX_TOPK: u32 = 64;
+/// and local memory). 128, twice the default row length: rows in detour order
+/// are chosen from twice `Lt` exact neighbours, and GPU builds of up to
+/// `gpu_exact_rows_limit` vectors get them exactly (at 32, rows of 64 once fell
+/// back to the two search passes).
+pub const MAX_TOPK: u32 = 128;
 
 /// Centroids one block of `nearest_centroids` stages in shared memory at a time.
 pub const IVF_CENTROID_TILE: u32 = 128;

@@ -448,6 +448,29 @@ mod tests {
     }
 
     #[test]
+    fn rows_choose_from_twice_their_length_in_detour_order_only() {
+        let rows = |f: fn(&mut BuildParams)| {
+            let p = with(f).resolve(1_000, 16);
+            (p.row_order, p.row_len, p.row_candidates)
+        };
+        assert_eq!(rows(|_| {}), (RowOrder::Detours, 64, 128));
+        assert_eq!(
+            rows(|p| p.row_order = RowOrder::Distance),
+            (RowOrder::Distance, 64, 64)
+        );
+        assert_eq!(rows(|p| p.row_len = Some(32)), (RowOrder::Detours, 32, 64));
+        // An explicit count is kept, but never below the row length.
+        assert_eq!(
+            rows(|p| p.row_candidates = Some(96)),
+            (RowOrder::Detours, 64, 96)
+        );
+        assert_eq!(
+            rows(|p| p.row_candidates = Some(8)),
+            (RowOrder::Detours, 64, 64)
+        );
+    }
+
+    #[test]
     fn a_build_over_a_budget_it_was_given_is_refused_before_it_starts() {
         let dim = 16;
         let data: Vec<f32> = (0..2_000 * dim)

@@ -14,7 +14,10 @@
 //!    through an inverted file over the copy's projection ([`centre_knn`];
 //!    on the GPU [`gpu_centre_knn`]);
 //! 5. the int8 sketch ([`sketch`]);
-//! 6. neighbour rows: exact k-NN ([`knn`]) with reverse entries ([`rows`]);
+//! 6. neighbour rows: exact k-NN ([`knn`]) or the index's own search
+//!    ([`search_rows`]) for `2 Lt` neighbours a vector, ordered by detour
+//!    count ([`rows::order_by_detours`]), then the row's head, reverse
+//!    entries and the rest ([`rows`]);
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
 //!
 //! With a GPU, the exact rows start at once on a thread of their own and run

@@ -161,8 +161,11 @@ fn corrupted_files_are_errors_not_panics() {
 #[test]
 fn exact_rows_hold_the_true_neighbours_and_reverse_entries() {
     let base = clustered(2_500, DIM, 10, 5);
+    // The paper's rows: nearest first (the detour order, the default, is
+    // tested in `octex_build::rows`).
     let p = BuildParams {
         row_method: RowMethod::Exact,
+        row_order: octex_build::RowOrder::Distance,
         ..test_params()
     };
     let index = build(&base, DIM, Metric::L2, &p).unwrap().index;

@@ -17,7 +17,7 @@
 //!   and hands out buffers, events, streams and captured graphs.
 //! - Launchers take typed device buffers and check the sizes their kernel
 //!   relies on; callers never see a launch configuration:
-//!   - `linalg.rs`: the cuBLAS products, `sub_bias`, `row_sq_norms`,
+//!   - `linalg.rs`: the cuBLAS products, `sub_bias` (and `_into`), `row_sq_norms`,
 //!     `topk_tile` (methods of [`Gpu`]); [`brute`]: exact brute force;
 //!   - `search.rs`: the launchers of `wave_search` (which of its four entry
 //!     points a batch gets), of `query_fragments` (its passes before it) and
@@ -138,6 +138,7 @@ mod tests {
             "fragment_keys",
             "query_fragments",
             "sub_bias",
+            "sub_bias_into",
             "row_sq_norms",
             "topk_tile",
         ] {

@@ -87,6 +87,25 @@ impl Gpu {
         Ok(())
     }
 
+    /// `out[i][j] = x[i][j] - bias[j]` for `n x m` row-major `x` and `out`.
+    pub fn sub_bias_into(
+        &self,
+        x: &CudaView<f32>,
+        out: &mut CudaViewMut<f32>,
+        n: usize,
+        bias: &CudaSlice<f32>,
+    ) -> Result<(), GpuError> {
+        let m = bias.len();
+        assert!(x.len() >= n * m && out.len() >= n * m);
+        let (n32, m32) = (n as u32, m as u32);
+        let mut b = self.stream.launch_builder(&self.sub_bias_into);
+        b.arg(x).arg(out).arg(&n32).arg(&m32).arg(bias);
+        // SAFETY: the kernel reads n * m values of x and m of bias, and writes
+        // n * m of out.
+        unsafe { b.launch(cfg(blocks_for((n * m) as u64)?, 0)) }?;
+        Ok(())
+    }
+
     /// `out[i] = |x_i|^2` for `n x d` row-major `x`.
     pub fn row_sq_norms(
         &self,

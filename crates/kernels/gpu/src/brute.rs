@@ -1,4 +1,5 @@
-//! Kernels around the cuBLAS products: bias subtraction, row norms and the
+//! Kernels around the cuBLAS products: bias subtraction (in place or into
+//! another buffer), row norms and the
 //! running top-k of a tile of dot products (exact brute force, exact rows).
 //!
 //! Safety contract of the `unsafe fn`s here: see [`crate::prims`].
@@ -13,10 +14,25 @@ use crate::prims::*;
 /// `x[i][j] -= bias[j]` for an `n x m` row-major matrix.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn sub_bias(x: *mut f32, n: u32, m: u32, bias: *const f32) {
+    // SAFETY: the caller's sizes; in place, each value read before written.
+    unsafe { sub_bias_at(x, x, n, m, bias) }
+}
+
+/// `out[i][j] = x[i][j] - bias[j]` for `n x m` row-major matrices (the
+/// search centres a batch of queries before TF32 products).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn sub_bias_into(x: *const f32, out: *mut f32, n: u32, m: u32, bias: *const f32) {
+    // SAFETY: the caller's sizes.
+    unsafe { sub_bias_at(x, out, n, m, bias) }
+}
+
+/// One thread's value of [`sub_bias`] / [`sub_bias_into`].
+#[inline(always)]
+unsafe fn sub_bias_at(x: *const f32, out: *mut f32, n: u32, m: u32, bias: *const f32) {
     let g = bid() as u64 * T as u64 + tid() as u64;
     if g < n as u64 * m as u64 {
         // SAFETY: g < n * m; bias has m values.
-        unsafe { *x.add(g as usize) -= *bias.add((g % m as u64) as usize) };
+        unsafe { *out.add(g as usize) = *x.add(g as usize) - *bias.add((g % m as u64) as usize) };
     }
 }
 

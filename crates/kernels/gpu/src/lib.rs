@@ -23,7 +23,8 @@
 //!   left;
 //! - [`distance`]: the search's sketch estimate (`dp2a` over the query's
 //!   int16 codes) and exact distance;
-//! - [`brute`]: `sub_bias` and `row_sq_norms` around the cuBLAS products, and
+//! - [`brute`]: `sub_bias`, `sub_bias_into` (centred queries before TF32
+//!   products) and `row_sq_norms` around the cuBLAS products, and
 //!   `topk_tile`, the running top-k of a tile of dot products (exact brute
 //!   force, exact neighbour rows);
 //! - [`sort`]: prefix sums and the stable radix sort of (key, value) pairs;

@@ -16,6 +16,9 @@ use crate::SearchPlan;
 /// Per-batch device buffers, sized for `max_batch` queries and `k_cap` results.
 pub(super) struct BatchBuffers {
     pub queries: CudaSlice<f32>,
+    /// The queries less the data's mean, which TF32 products take
+    /// ([`super::device_index::Projection`]); `None` with exact products.
+    pub centred: Option<CudaSlice<f32>>,
     /// Principal coordinates (with the projections after them when one
     /// product gives both), `Projection::pcs_stride` per query ([`project`]).
     pub pcs: CudaSlice<f32>,
@@ -51,8 +54,13 @@ impl BatchBuffers {
             Some(_) => Some(gpu.zeros(n * index.width as usize)?),
             None => None,
         };
+        let centred = match proj.mean {
+            Some(_) => Some(gpu.zeros(n * index.dim as usize)?),
+            None => None,
+        };
         Ok(Self {
             queries: gpu.zeros(n * index.dim as usize)?,
+            centred,
             pcs: gpu.zeros(pcs_len)?,
             z,
             ids: gpu.zeros(n * k_cap)?,
@@ -352,10 +360,11 @@ fn parse_slots_per_entry(v: &str) -> Option<f32> {
 }
 
 /// The projection of a batch ([`Projection`]): the principal coordinates and
-/// the projections into all copies, both before their biases (the search
-/// kernel accounts for them, so no kernel runs between the products); on
-/// TF32 tensor cores where the searcher was opened so, exact f32 otherwise
-/// (the handle goes back to exact products after them).
+/// the projections into all copies. Exact f32 products take the queries as
+/// they are and write both before their biases (the search kernel accounts
+/// for them, so no kernel runs before the products); TF32 products, where
+/// the searcher was opened so, take the queries less the data's mean (the
+/// handle goes back to exact products after them).
 pub(super) fn project(
     g: &Gpu,
     dev: &DeviceIndex,
@@ -365,6 +374,23 @@ pub(super) fn project(
     let ix = &dev.view.view;
     let (dim, m, width) = (ix.dim as usize, ix.basis_dim as usize, ix.width as usize);
     let tf32 = dev.projection.tf32;
+    let queries = match (&dev.projection.mean, &mut b.centred) {
+        (Some(mean), Some(centred)) => {
+            g.sub_bias_into(
+                &b.queries.slice(..nq * dim),
+                &mut centred.slice_mut(..nq * dim),
+                nq,
+                mean,
+            )?;
+            &*centred
+        }
+        (None, _) => &b.queries,
+        (Some(_), None) => {
+            return Err(GpuError::Unsupported(
+                "internal: centred products without a buffer for the centred queries".into(),
+            ))
+        }
+    };
     if tf32 {
         g.set_tf32(true)?;
     }
@@ -376,7 +402,7 @@ pub(super) fn project(
         (Some(matrix), _, _) => {
             let cols = m + width;
             g.matmul(
-                &b.queries.slice(..nq * dim),
+                &queries.slice(..nq * dim),
                 dim,
                 &matrix.slice(..),
                 cols,
@@ -388,7 +414,7 @@ pub(super) fn project(
         (None, Some((basis, rotation)), Some(z)) => {
             let mc = rotation.len() / width.max(1);
             g.matmul(
-                &b.queries.slice(..nq * dim),
+                &queries.slice(..nq * dim),
                 dim,
                 &basis.slice(..),
                 m,

@@ -17,9 +17,14 @@ pub(super) struct DeviceIndex {
 }
 
 /// The matrices that project a batch of queries ([`super::batch::project`]).
-/// Either product writes the principal coordinates and the projections
-/// before their biases, which the search kernel accounts for (it subtracts
-/// `IndexView::basis_bias`; `IndexView::search_shifts` holds the other).
+/// Exact `f32` products take the queries as they are and write the principal
+/// coordinates and the projections before their biases, which the search
+/// kernel accounts for (it subtracts `IndexView::basis_bias`;
+/// `IndexView::search_shifts` holds the other), so no kernel runs before
+/// the products. TF32 products take the queries centred on the data's mean
+/// ([`Projection::mean`]), so that their rounding error follows a query's
+/// distance from the data and not from the origin; the view's biases are
+/// then zero.
 pub(super) struct Projection {
     /// `[P | P_c R]`, `dim x (m + width)`
     /// ([`octex_lattice::CopyMap::fused_projection`]): one product gives both
@@ -37,6 +42,19 @@ pub(super) struct Projection {
     /// Whether the products run on TF32 tensor cores
     /// ([`crate::GpuOptions::tf32_projection`]).
     pub(super) tf32: bool,
+    /// The data's mean (`dim` values), subtracted from a batch's queries
+    /// before TF32 products; `None` with exact products.
+    pub(super) mean: Option<CudaSlice<f32>>,
+}
+
+/// Whether the products run on TF32 tensor cores: the option, unless
+/// `OCTEX_GPU_PROJECTION_TF32=0|1` overrides it (for measurements).
+fn resolve_tf32(option: bool) -> bool {
+    match std::env::var("OCTEX_GPU_PROJECTION_TF32").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => option,
+    }
 }
 
 /// Multiply-adds the fused product may add to a batch's projection over the
@@ -62,6 +80,7 @@ impl Projection {
     fn upload(
         gpu: &Gpu,
         map: &octex_lattice::CopyMap,
+        mean: &[f32],
         tf32: bool,
     ) -> Result<(Self, usize), GpuError> {
         let (dim, mc, width) = (map.dim, map.rotation_dim(), map.width());
@@ -87,16 +106,19 @@ impl Projection {
         } else {
             None
         };
+        let mean = if tf32 {
+            floats += mean.len();
+            Some(gpu.upload(mean)?)
+        } else {
+            None
+        };
         Ok((
             Self {
                 fused,
                 two,
                 fused_max_batch,
-                tf32: match std::env::var("OCTEX_GPU_PROJECTION_TF32").as_deref() {
-                    Ok("0") => false,
-                    Ok("1") => true,
-                    _ => tf32,
-                },
+                tf32,
+                mean,
             },
             floats,
         ))
@@ -202,9 +224,23 @@ impl DeviceIndex {
         let seeds = &index.engine.seeds;
         let seeds_at = parts.put(gpu, seeds)?;
         let map = &index.engine.map;
-        let z_bias = map.projection_bias();
-        let (projection, projection_floats) = Projection::upload(gpu, map, tf32)?;
-        let basis_bias_at = parts.put(gpu, &map.basis_bias)?;
+        let mean = raw.mean();
+        if mean.len() != raw.dim() {
+            return Err(SearchError::Params(format!(
+                "the index's mean has {} values for vectors of {}",
+                mean.len(),
+                raw.dim()
+            )));
+        }
+        let (projection, projection_floats) =
+            Projection::upload(gpu, map, mean, resolve_tf32(tf32))?;
+        // The biases of the products' outputs: zero when the queries are
+        // centred before them.
+        let (basis_bias, z_bias) = match projection.mean {
+            Some(_) => (vec![0.0; map.basis_dim], vec![0.0; map.width()]),
+            None => (map.basis_bias.clone(), map.projection_bias()),
+        };
+        let basis_bias_at = parts.put(gpu, &basis_bias)?;
         // The projections' bias folded into the shifts, per spacing, so the
         // kernel's decoding reads one value per coordinate besides `z`, as the
         // builder's does. Measured against a second load of the bias (synth-1m,

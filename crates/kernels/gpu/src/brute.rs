@@ -1,5 +1,5 @@
-//! Kernels around the cuBLAS products: bias subtraction (in place or into
-//! another buffer), row norms and the
+//! Kernels around the cuBLAS products: bias subtraction (in place, or into
+//! another buffer for the search's centred queries), row norms and the
 //! running top-k of a tile of dot products (exact brute force, exact rows).
 //!
 //! Safety contract of the `unsafe fn`s here: see [`crate::prims`].

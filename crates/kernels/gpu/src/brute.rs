@@ -27,6 +27,10 @@ pub unsafe extern "ptx-kernel" fn sub_bias_into(x: *const f32, out: *mut f32, n:
 }
 
 /// One thread's value of [`sub_bias`] / [`sub_bias_into`].
+///
+/// # Safety
+/// `x` and `out` hold `n * m` values (they may be the same buffer), `bias`
+/// holds `m`.
 #[inline(always)]
 unsafe fn sub_bias_at(x: *const f32, out: *mut f32, n: u32, m: u32, bias: *const f32) {
     let g = bid() as u64 * T as u64 + tid() as u64;

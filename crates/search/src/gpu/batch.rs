@@ -373,7 +373,7 @@ pub(super) fn project(
 ) -> Result<(), GpuError> {
     let ix = &dev.view.view;
     let (dim, m, width) = (ix.dim as usize, ix.basis_dim as usize, ix.width as usize);
-    let tf32 = dev.projection.tf32;
+    let tf32 = dev.projection.mean.is_some();
     let queries = match (&dev.projection.mean, &mut b.centred) {
         (Some(mean), Some(centred)) => {
             g.sub_bias_into(

@@ -39,11 +39,10 @@ pub(super) struct Projection {
     two: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     /// The largest batch that takes the fused product.
     fused_max_batch: usize,
-    /// Whether the products run on TF32 tensor cores
-    /// ([`crate::GpuOptions::tf32_projection`]).
-    pub(super) tf32: bool,
     /// The data's mean (`dim` values), subtracted from a batch's queries
-    /// before TF32 products; `None` with exact products.
+    /// before TF32 products; `None` with exact products. The products run on
+    /// TF32 tensor cores exactly when it is there
+    /// ([`crate::GpuOptions::tf32_projection`]).
     pub(super) mean: Option<CudaSlice<f32>>,
 }
 
@@ -117,7 +116,6 @@ impl Projection {
                 fused,
                 two,
                 fused_max_batch,
-                tf32,
                 mean,
             },
             floats,

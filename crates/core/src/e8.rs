@@ -31,7 +31,7 @@ pub trait LatticeFloat:
 }
 
 macro_rules! impl_lattice_float {
-    ($t:ty, $int:ty, $gpu_floor:ident) => {
+    ($t:ty, $int:ty, $gpu_floor:ident, $ptx_reg:ident) => {
         impl LatticeFloat for $t {
             const HALF: Self = 0.5;
             const ZERO: Self = 0.0;
@@ -71,9 +71,26 @@ macro_rules! impl_lattice_float {
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
+            /// Saturating, NaN to 0, as Rust's `as`. On the GPU that is what
+            /// PTX's conversion does by itself (`cvt.rzi` clamps to the
+            /// destination's range and takes NaN to 0), so there it needs no
+            /// check around it: `as` compiled to the conversion plus a NaN test
+            /// and a select per coordinate, 32 instructions per E8 point.
             #[inline(always)]
             fn to_i32(self) -> i32 {
-                self as i32
+                #[cfg(target_arch = "nvptx64")]
+                {
+                    let v: i32;
+                    // SAFETY: a register-to-register conversion.
+                    unsafe {
+                        core::arch::asm!(concat!("cvt.rzi.s32.", stringify!($t), " {0}, {1};"), out(reg32) v, in($ptx_reg) self, options(pure, nomem, nostack));
+                    }
+                    v
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                {
+                    self as i32
+                }
             }
             #[inline(always)]
             fn from_i32(v: i32) -> Self {
@@ -82,8 +99,8 @@ macro_rules! impl_lattice_float {
         }
     };
 }
-impl_lattice_float!(f32, i32, floorf32);
-impl_lattice_float!(f64, i64, floorf64);
+impl_lattice_float!(f32, i32, floorf32, reg32);
+impl_lattice_float!(f64, i64, floorf64, reg64);
 
 /// Nearest point of D8 (integer vectors with an even sum) to `x`, as plain
 /// (not doubled) integer coordinates, with the squared distance to it.

@@ -240,6 +240,10 @@ pub struct FragmentLookupLayout {
 /// 0.10 ms and +5.6% (H200, same index and lease).
 pub const LOOKUP_TILE_QUERIES: u32 = 32;
 
+/// Words after each staged row of a first-pass tile
+/// ([`FragmentLookupLayout::tile_row`]).
+pub const TILE_ROW_PAD: u32 = 4;
+
 /// Shared memory a block of the first pass may take (the default limit,
 /// which needs no opt-in).
 pub const LOOKUP_TILE_SMEM: u32 = 48 * 1024;
@@ -261,7 +265,7 @@ impl FragmentLookupLayout {
     /// one per warp of a `BLOCK_THREADS` block, fewer where the staged
     /// projections would pass [`LOOKUP_TILE_SMEM`].
     pub const fn tile_copies(copy_dim: u32) -> u32 {
-        let fit = (LOOKUP_TILE_SMEM / 4 / LOOKUP_TILE_QUERIES - 1) / copy_dim;
+        let fit = (LOOKUP_TILE_SMEM / 4 / LOOKUP_TILE_QUERIES - TILE_ROW_PAD) / copy_dim;
         let warps = BLOCK_THREADS / 32;
         if fit < 1 {
             1
@@ -272,11 +276,14 @@ impl FragmentLookupLayout {
         }
     }
 
-    /// `f32` values from one query's staged row to the next's (one more than
-    /// the tile's coordinates, so that lanes reading rows apart hit distinct
-    /// banks).
+    /// `f32` values from one query's staged row to the next's: the tile's
+    /// coordinates and [`TILE_ROW_PAD`] more, so that rows stay 16-byte
+    /// aligned (copied and read 16 bytes at a time) and the eight lanes of a
+    /// 16-byte read's phase, reading rows apart, hit distinct banks (a row of
+    /// an odd multiple of 4 words, modulo 32: copies' dimensions are
+    /// multiples of 8).
     pub const fn tile_row(copy_dim: u32) -> u32 {
-        Self::tile_copies(copy_dim) * copy_dim + 1
+        Self::tile_copies(copy_dim) * copy_dim + TILE_ROW_PAD
     }
 
     /// Shared-memory bytes of a first-pass block.
@@ -460,11 +467,15 @@ mod tests {
             let copies = FragmentLookupLayout::tile_copies(copy_dim);
             assert!((1..=BLOCK_THREADS / 32).contains(&copies), "{copy_dim}");
             assert!(FragmentLookupLayout::tile_smem(copy_dim) <= LOOKUP_TILE_SMEM || copies == 1);
-            // The staged row holds the tile's coordinates and one more.
-            assert_eq!(
-                FragmentLookupLayout::tile_row(copy_dim),
-                copies * copy_dim + 1
-            );
+            // The staged row holds the tile's coordinates and the pad: 16-byte
+            // aligned, an odd multiple of 4 words modulo 32 (distinct banks
+            // for the 8 lanes of a 16-byte read's phase).
+            let row = FragmentLookupLayout::tile_row(copy_dim);
+            assert_eq!(row, copies * copy_dim + TILE_ROW_PAD);
+            if copy_dim % 8 == 0 {
+                assert_eq!(row % 4, 0, "{copy_dim}");
+                assert_eq!((row / 4) % 2, 1, "{copy_dim}");
+            }
             for (nq, c) in [(1, 1), (10_000, 32), (33, 9), (100, 128)] {
                 let tiles = FragmentLookupLayout::tiles(nq, c, copy_dim);
                 assert!(tiles * LOOKUP_TILE_QUERIES * copies >= nq * c);

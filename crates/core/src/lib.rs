@@ -17,8 +17,12 @@
 //! `octex-lattice` (which re-exports [`e8`] and [`key`]) and `octex-kernels`
 //! (which re-exports [`layout`]).
 #![cfg_attr(not(test), no_std)]
-// The GPU build rounds down with the hardware's `cvt.rmi` ([`e8`]'s floor).
-#![cfg_attr(target_arch = "nvptx64", feature(core_intrinsics))]
+// The GPU build rounds down with the hardware's `cvt.rmi` ([`e8`]'s floor)
+// and converts with `cvt.rzi` (inline PTX).
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(core_intrinsics, asm_experimental_arch)
+)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
 pub mod e8;

@@ -31,6 +31,54 @@ pub(crate) unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32,
     (h.finish_key(), total)
 }
 
+/// Key of one copy's projection at one spacing, as [`fragment_key_of`] with
+/// the same arithmetic, for `query_fragments`: block `b`'s eight coordinates
+/// come from `coords(b)` (read 16 bytes at a time by the caller), and the
+/// spacing's shifts are read 16 bytes at a time here. The key only (the
+/// lookup needs no centre distance).
+///
+/// # Safety
+/// `shift` holds `8 * blocks` values from a 16-byte aligned address in
+/// read-only global memory.
+#[inline(always)]
+unsafe fn lookup_key(coords: impl Fn(u32) -> [f32; 8], shift: *const f32, inv: f32, blocks: u32) -> u64 {
+    let mut h = KeyHasher::for_key(8 * blocks as usize);
+    for b in 0..blocks {
+        let x = coords(b);
+        // SAFETY: the caller's contract; block b's shifts start at a
+        // multiple of 8 values.
+        let s = unsafe { load8_nc(shift.add(8 * b as usize)) };
+        let y: [f32; 8] = core::array::from_fn(|i| x[i] * inv + s[i]);
+        let (p, _) = decode_e8(&y);
+        for i in 0..4 {
+            h.push_pair(p[2 * i], p[2 * i + 1]);
+        }
+    }
+    h.finish_key()
+}
+
+/// Eight `f32`s from a 16-byte aligned address in read-only global memory.
+///
+/// # Safety
+/// `p` holds 8 values there.
+#[inline(always)]
+unsafe fn load8_nc(p: *const f32) -> [f32; 8] {
+    // SAFETY: the caller's contract.
+    let (a, b) = unsafe { (load16_nc(p as *const u8), load16_nc(p.add(4) as *const u8)) };
+    [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::from_bits)
+}
+
+/// Eight `f32`s from a 16-byte aligned address in this block's shared memory.
+///
+/// # Safety
+/// `p` holds 8 values there.
+#[inline(always)]
+unsafe fn load8_shared(p: *const f32) -> [f32; 8] {
+    // SAFETY: the caller's contract.
+    let (a, b) = unsafe { (load16_shared(p as *const u32), load16_shared(p.add(4) as *const u32)) };
+    [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::from_bits)
+}
+
 /// Fragment ordinal of `key` in the key table of (copy, spacing), if stored.
 #[inline(always)]
 unsafe fn lookup(ix: &IndexView, table: u32, key: u64) -> Option<u64> {
@@ -299,7 +347,8 @@ pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: Batch
             let (qi, c, z) = stage_tile(&ix, &bt);
             if qi < bt.nq && c < ix.copies {
                 item = qi * ix.copies + c;
-                let (key, _) = fragment_key_of(z, shifts.add((c * cd) as usize), inv, ix.blocks);
+                let coords = |b: u32| load8_shared(z.add(8 * b as usize));
+                let key = lookup_key(coords, shifts.add((c * cd) as usize), inv, ix.blocks);
                 left = settle(&ix, hits, item, c, spacing, key);
             }
         } else {
@@ -313,7 +362,13 @@ pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: Batch
                 item = *words.add((lay.lists[((spacing - 1) & 1) as usize] + g) as usize);
                 let (qi, c) = (item / ix.copies, item % ix.copies);
                 let z = (bt.z as *const f32).add(qi as usize * bt.z_stride as usize + (c * cd) as usize);
-                let (key, _) = fragment_key_of(z, shifts.add((c * cd) as usize), inv, ix.blocks);
+                // Rows 16-byte aligned: two 16-byte loads per E8 block
+                // instead of eight of 4 bytes (a warp's items sit rows apart).
+                let key = if z_rows_aligned(&bt) {
+                    lookup_key(|b| load8_nc(z.add(8 * b as usize)), shifts.add((c * cd) as usize), inv, ix.blocks)
+                } else {
+                    fragment_key_of(z, shifts.add((c * cd) as usize), inv, ix.blocks).0
+                };
                 left = settle(&ix, hits, item, c, spacing, key);
             }
         }
@@ -352,6 +407,14 @@ unsafe fn settle(ix: &IndexView, hits: *mut u32, item: u32, c: u32, spacing: u32
     false
 }
 
+/// Whether every query's row of `z` starts 16-byte aligned (the buffer and
+/// its stride), so that the lookup copies and reads its coordinates 16 bytes
+/// at a time (copies' offsets are multiples of 8 values).
+#[inline(always)]
+fn z_rows_aligned(bt: &BatchView) -> bool {
+    bt.z % 16 == 0 && bt.z_stride % 4 == 0
+}
+
 /// Pass 0's tile of this block (`LOOKUP_TILE_QUERIES` queries by
 /// `tile_copies` copies): their projections staged in shared memory, each
 /// query's row read by consecutive threads; then this thread's query (lane)
@@ -369,6 +432,22 @@ unsafe fn settle(ix: &IndexView, hits: *mut u32, item: u32, c: u32, spacing: u32
 /// blocks per multiprocessor on top (48 and 40 registers, with spills)
 /// measured no better (-0.1% and -0.4% against this).
 ///
+/// Where the rows are 16-byte aligned ([`z_rows_aligned`]: projections from
+/// a product of their own, or after a multiple of 4 principal coordinates
+/// in one product), the tile is copied 16 bytes at a time in one flat loop
+/// (else 4 bytes at a time in the same loop), and each thread reads its
+/// coordinates from it 16 bytes at a time
+/// (rows padded to an odd multiple of 4 words: no bank conflicts). A copy
+/// per value, in a loop per row, was 39% of pass 0's instructions (Nsight
+/// Compute, synth-1m: 3,900 a thread, 2,200 of them the four E8 decodings).
+/// With the later passes' 16-byte loads and the GPU's plain `cvt.rzi`
+/// ([`crate::e8`]), measured (H200, batch 10,000, same index and lease, each
+/// binary twice, interleaved; `docs/bench/lookup-vector-ab/`): passes 0 and
+/// 1 from 63.6 and 25.8 us to 46.0 and 18.4 us per batch on synth-1m, 61.3
+/// and 24.8 to 42.4 and 17.3 us on Fashion-MNIST; the quick grid's W1
+/// points +3.8-5.6% (synth-1m) and +3.0-4.6% (Fashion-MNIST), medians
+/// +1.1% and +0.9%, recall identical at every point.
+///
 /// # Safety
 /// The block has `tile_smem` bytes of dynamic shared memory; z holds width
 /// values per query, rows z_stride apart.
@@ -384,18 +463,27 @@ unsafe fn stage_tile(ix: &IndexView, bt: &BatchView) -> (u32, u32, *const f32) {
     );
     let span = tile_copies.min(ix.copies - c0) * cd;
     let staged = gpu_launch_sized_workgroup_mem::<f32>() as *mut f32;
+    let rows = LOOKUP_TILE_QUERIES.min(bt.nq - q0);
     // SAFETY: rows r < LOOKUP_TILE_QUERIES of `row > span` values fit the
-    // shared memory; the reads stay in query q's row of z.
+    // shared memory; the reads stay in query q's row of z. With aligned rows
+    // (z and its stride) every 16-byte copy is aligned at both ends: rows
+    // and copies start at multiples of 4 values (`row`, `cd`).
     unsafe {
-        let mut r = 0;
-        while r < LOOKUP_TILE_QUERIES && q0 + r < bt.nq {
-            let src = (bt.z as *const f32).add((q0 + r) as usize * bt.z_stride as usize + (c0 * cd) as usize);
-            let mut o = tid();
-            while o < span {
-                copy_async_4(staged.add((r * row + o) as usize), src.add(o as usize));
-                o += T;
+        // One flat loop over the tile's words (or 16-byte words): a loop per
+        // row ran its bounds checks and address arithmetic 32 times a thread
+        // and was 39% of the kernel's instructions (Nsight Compute, synth-1m).
+        let (width, per_row) = if z_rows_aligned(bt) { (4, span / 4) } else { (1, span) };
+        let mut i = tid();
+        while i < rows * per_row {
+            let (r, o) = (i / per_row, width * (i % per_row));
+            let src = (bt.z as *const f32).add((q0 + r) as usize * bt.z_stride as usize + (c0 * cd + o) as usize);
+            let dst = staged.add((r * row + o) as usize);
+            if width == 4 {
+                copy_async_16(dst, src);
+            } else {
+                copy_async_4(dst, src);
             }
-            r += 1;
+            i += T;
         }
         copy_async_wait_all();
         sync();

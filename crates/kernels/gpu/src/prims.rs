@@ -277,6 +277,21 @@ pub unsafe fn copy_async_4(dst: *mut f32, src: *const f32) {
     }
 }
 
+/// [`copy_async_4`] of 16 bytes (`cp.async.cg`, which keeps them out of L1).
+///
+/// # Safety
+/// `dst` is a 16-byte aligned address in this block's shared memory, `src`
+/// a 16-byte aligned address in global memory that no kernel writes until
+/// the copy is waited for.
+#[inline(always)]
+pub unsafe fn copy_async_16(dst: *mut f32, src: *const f32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!("{{ .reg .u64 s; .reg .u64 g; cvta.to.shared.u64 s, {0}; cvta.to.global.u64 g, {1}; cp.async.cg.shared.global [s], [g], 16; }}",
+             in(reg64) dst, in(reg64) src);
+    }
+}
+
 /// Wait for this thread's [`copy_async_4`] copies.
 ///
 /// # Safety

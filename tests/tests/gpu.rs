@@ -129,6 +129,17 @@ fn assert_backends_agree(p: &SearchParams, cpu: &[u32], gpu: &[u32], truth: &[u3
     );
 }
 
+/// Searcher options of batches of `max_batch` with exact products (whatever
+/// the default): batches of different sizes must then agree id for id, where
+/// cuBLAS may take TF32 tensor cores for one batch shape and not another.
+fn exact_products(max_batch: usize) -> GpuOptions {
+    GpuOptions {
+        device: 0,
+        max_batch,
+        tf32_projection: false,
+    }
+}
+
 /// The same index searched on CPU and GPU: recall within 0.005, > 95% of the
 /// top-10 ids identical. Also: batch of 1, a batch split by `max_batch`, k = R,
 /// graph replays repeatable, no duplicate ids.
@@ -265,17 +276,9 @@ fn large_batches_agree_between_cpu_and_gpu() {
     let queries = clustered(2_500, dim, 64, 8);
     let index = build(&base, dim, Metric::L2);
     let truth = brute_force(&base, &queries, dim, 10);
-    // Exact products (whatever the default): the batches must agree id for
-    // id, and cuBLAS may take TF32 tensor cores for one batch shape and not
-    // for another.
-    let options = |max_batch| GpuOptions {
-        device: 0,
-        max_batch,
-        tf32_projection: false,
-    };
-    let mut large = index.gpu(&options(4_096)).unwrap();
-    let mut small = index.gpu(&options(384)).unwrap();
-    let mut tiny = index.gpu(&options(100)).unwrap();
+    let mut large = index.gpu(&exact_products(4_096)).unwrap();
+    let mut small = index.gpu(&exact_products(384)).unwrap();
+    let mut tiny = index.gpu(&exact_products(100)).unwrap();
     for p in [
         SearchParams {
             read_depth: 8,
@@ -339,13 +342,8 @@ fn unaligned_projections_agree_between_cpu_and_gpu() {
         "the test needs principal coordinates that leave the projections unaligned"
     );
     let truth = brute_force(&base, &queries, dim, 10);
-    let options = |max_batch| GpuOptions {
-        device: 0,
-        max_batch,
-        tf32_projection: false,
-    };
-    let mut batched = index.gpu(&options(1_000)).unwrap();
-    let mut tiny = index.gpu(&options(100)).unwrap();
+    let mut batched = index.gpu(&exact_products(1_000)).unwrap();
+    let mut tiny = index.gpu(&exact_products(100)).unwrap();
     for p in [
         SearchParams {
             read_depth: 8,

@@ -333,9 +333,11 @@ pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: Batch
     let cd = 8 * ix.blocks;
     // SAFETY: the buffer holds `lay.words` words (the host sizes it), the
     // counts are past passes' (complete: an earlier launch on the stream);
-    // z holds width values per query (rows z_stride apart), the search
-    // shifts spacings x width values; pass 0 has `tile_smem` bytes of
-    // dynamic shared memory.
+    // z holds width values per query (rows z_stride apart), read 16 bytes
+    // at a time only where `z_rows_aligned`; the search shifts spacings x
+    // width values in a device allocation of their own (aligned; every copy's
+    // and block's shifts start at a multiple of 8 values); pass 0 has
+    // `tile_smem` bytes of dynamic shared memory.
     unsafe {
         let counts = words.add(lay.counts as usize);
         let hits = words.add(lay.hits as usize);

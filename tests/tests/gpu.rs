@@ -325,7 +325,9 @@ fn large_batches_agree_between_cpu_and_gpu() {
 /// one product's rows, so `query_fragments` stages and reads them 4 bytes at
 /// a time instead of 16. Batches of 1,000 (that path) and of 100 (the
 /// lookup inside the search kernel) give the same ids, and both agree with
-/// the CPU.
+/// the CPU. Run with `OCTEX_GPU_PAD_PCS=1` in the environment, it checks the
+/// padded rows instead (52 columns of principal coordinates; the projections
+/// then aligned and read 16 bytes at a time).
 #[test]
 fn unaligned_projections_agree_between_cpu_and_gpu() {
     let Some(_gpu) = gpu_or_skip("unaligned_projections_agree_between_cpu_and_gpu") else {

@@ -11,6 +11,11 @@ pub const BLOCK_THREADS: u32 = 256;
 /// work (more queries resident per multiprocessor).
 pub const NARROW_BLOCK_THREADS: u32 = 128;
 
+/// Threads per block of `wave_search_slim`, two warps: for the smallest
+/// per-query work, twice the queries of the narrow build resident per
+/// multiprocessor at about the same warps.
+pub const SLIM_BLOCK_THREADS: u32 = 64;
+
 /// Threads per block of `wave_search_latency`, the build for batches of at
 /// most one query per multiprocessor: each query has a whole multiprocessor,
 /// so it gets as many threads as a block can have.
@@ -240,6 +245,16 @@ pub struct FragmentLookupLayout {
 /// 0.10 ms and +5.6% (H200, same index and lease).
 pub const LOOKUP_TILE_QUERIES: u32 = 32;
 
+/// Columns of the principal coordinates in a fused projection product's
+/// rows (`CopyMap::fused_projection`), `basis_dim` rounded up to a multiple
+/// of 4: the projections after them then start 16-byte aligned in every
+/// row, and `query_fragments` copies and reads them 16 bytes at a time
+/// (GloVe-50's 50 principal coordinates become 52 columns). The search
+/// pads so with `OCTEX_GPU_PAD_PCS=1` only, until a GPU run has measured it.
+pub const fn fused_pc_cols(basis_dim: u32) -> u32 {
+    basis_dim.div_ceil(4) * 4
+}
+
 /// Words after each staged row of a first-pass tile
 /// ([`FragmentLookupLayout::tile_row`]).
 pub const TILE_ROW_PAD: u32 = 4;
@@ -458,6 +473,17 @@ pub const fn f32_from_order_key(k: u32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fused_projections_start_16_byte_aligned() {
+        for m in [1, 3, 4, 8, 50, 63, 64, 384] {
+            let cols = fused_pc_cols(m);
+            assert!(cols >= m && cols < m + 4, "{m}: {cols}");
+            assert_eq!(cols % 4, 0, "{m}");
+        }
+        assert_eq!(fused_pc_cols(50), 52);
+        assert_eq!(fused_pc_cols(64), 64);
+    }
 
     #[test]
     fn fragment_lookup_tiles_fit_and_cover_every_item() {

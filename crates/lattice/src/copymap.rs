@@ -218,19 +218,28 @@ impl CopyMap {
     }
 
     /// The two projections as one product, for a single matrix multiply per
-    /// batch (the GPU search): the `D x (m + width)` row-major matrix
-    /// `[P | P_c R]` (`P_c`: the first `m_c` principal directions). A row `x`
-    /// times it, less `[mu^T P | projection_bias]`, gives the principal
-    /// coordinates and the projections of [`CopyMap::project_batch`] (up to
-    /// rounding: the product `P_c R` is formed in `f64` once).
-    pub fn fused_projection(&self) -> Vec<f32> {
+    /// batch (the GPU search): the `D x (pc_cols + width)` row-major matrix
+    /// `[P | 0 | P_c R]` (`P_c`: the first `m_c` principal directions; `0`:
+    /// `pc_cols - m` zero columns, so that a consumer's projections start
+    /// where it needs them aligned). A row `x` times it, less `[mu^T P | 0 |
+    /// projection_bias]`, gives the principal coordinates and the
+    /// projections of [`CopyMap::project_batch`] (up to rounding: the
+    /// product `P_c R` is formed in `f64` once).
+    ///
+    /// # Panics
+    /// If `pc_cols < basis_dim`.
+    pub fn fused_projection(&self, pc_cols: usize) -> Vec<f32> {
         let (d, m, w) = (self.dim, self.basis_dim, self.width());
-        let cols = m + w;
+        assert!(
+            pc_cols >= m,
+            "{pc_cols} columns cannot hold {m} principal coordinates"
+        );
+        let cols = pc_cols + w;
         let mut fused = vec![0f32; d * cols];
         for (i, out) in fused.chunks_exact_mut(cols).enumerate() {
             let row = &self.basis[i * m..(i + 1) * m];
             out[..m].copy_from_slice(row);
-            out[m..].copy_from_slice(&self.times_rotation(row));
+            out[pc_cols..].copy_from_slice(&self.times_rotation(row));
         }
         fused
     }
@@ -362,22 +371,30 @@ mod tests {
             .collect();
         let (mut pcs, mut z) = (Vec::new(), vec![0f32; n * map.width()]);
         map.project_batch(&xs, &mut pcs, &mut z, false);
-        let (fused, bias) = (map.fused_projection(), map.projection_bias());
+        let bias = map.projection_bias();
         let (m, w) = (map.basis_dim, map.width());
-        for (r, x) in xs.chunks_exact(d).enumerate() {
-            for j in 0..m + w {
-                let raw: f64 = (0..d)
-                    .map(|i| x[i] as f64 * fused[i * (m + w) + j] as f64)
-                    .sum();
-                let (got, want) = if j < m {
-                    (raw - map.basis_bias[j] as f64, pcs[r * m + j])
-                } else {
-                    (raw - bias[j - m] as f64, z[r * w + j - m])
-                };
-                assert!(
-                    (got - want as f64).abs() < 1e-3,
-                    "row {r} column {j}: {got} against {want}"
-                );
+        // Unpadded, and with the principal block padded to 16 columns.
+        for pc_cols in [m, 16] {
+            let fused = map.fused_projection(pc_cols);
+            let cols = pc_cols + w;
+            assert_eq!(fused.len(), d * cols);
+            for (r, x) in xs.chunks_exact(d).enumerate() {
+                for j in 0..cols {
+                    let raw: f64 = (0..d)
+                        .map(|i| x[i] as f64 * fused[i * cols + j] as f64)
+                        .sum();
+                    let (got, want) = if j < m {
+                        (raw - map.basis_bias[j] as f64, pcs[r * m + j])
+                    } else if j < pc_cols {
+                        (raw, 0.0)
+                    } else {
+                        (raw - bias[j - pc_cols] as f64, z[r * w + j - pc_cols])
+                    };
+                    assert!(
+                        (got - want as f64).abs() < 1e-3,
+                        "{pc_cols} principal columns, row {r} column {j}: {got} against {want}"
+                    );
+                }
             }
         }
     }

@@ -114,7 +114,7 @@ pub(super) fn batch_view(
     let mut view = BatchView {
         z: match (&b.z, two_products) {
             (Some(z), true) => device_address(z, st),
-            _ => device_address(&b.pcs, st) + 4 * ix.basis_dim as u64,
+            _ => device_address(&b.pcs, st) + 4 * dev.projection.fused_z_offset() as u64,
         },
         pcs: device_address(&b.pcs, st),
         pcs_stride,
@@ -400,7 +400,7 @@ pub(super) fn project(
         &mut b.z,
     ) {
         (Some(matrix), _, _) => {
-            let cols = m + width;
+            let cols = dev.projection.pcs_stride(ix, nq) as usize;
             g.matmul(
                 &queries.slice(..nq * dim),
                 dim,

@@ -3,7 +3,7 @@
 
 use octex_index::RerankView;
 use octex_kernels::driver::{CudaSlice, DeviceRepr};
-use octex_kernels::layout::IndexView;
+use octex_kernels::layout::{fused_pc_cols, IndexView};
 use octex_kernels::{device_address, DeviceIndexView, Gpu, GpuError};
 
 use crate::{Index, SearchError};
@@ -26,7 +26,7 @@ pub(super) struct DeviceIndex {
 /// distance from the data and not from the origin; the view's biases are
 /// then zero.
 pub(super) struct Projection {
-    /// `[P | P_c R]`, `dim x (m + width)`
+    /// `[P | 0 | P_c R]`, `dim x (pc_cols + width)`
     /// ([`octex_lattice::CopyMap::fused_projection`]): one product gives both
     /// the principal coordinates and the projections. Every batch takes it
     /// when `dim <= m_c`, where it also multiplies the fewest numbers;
@@ -39,6 +39,11 @@ pub(super) struct Projection {
     two: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     /// The largest batch that takes the fused product.
     fused_max_batch: usize,
+    /// Columns of the principal coordinates in the fused product's rows:
+    /// `basis_dim`, or with `OCTEX_GPU_PAD_PCS=1` that padded by
+    /// [`octex_kernels::layout::fused_pc_cols`], so that the projections
+    /// after them start 16-byte aligned.
+    pc_cols: usize,
     /// The data's mean (`dim` values), subtracted from a batch's queries
     /// before TF32 products; `None` with exact products. The products run on
     /// TF32 tensor cores exactly when it is there
@@ -91,9 +96,17 @@ impl Projection {
         } else {
             fused_max_batch(dim, mc, width)
         };
+        // `OCTEX_GPU_PAD_PCS=1` pads the principal block to a multiple of 4
+        // columns. Opt-in until measured: no GPU run has timed it yet
+        // (docs/RESULTS.md, "Built and not yet measured").
+        let pc_cols = if std::env::var("OCTEX_GPU_PAD_PCS").is_ok_and(|v| v == "1") {
+            fused_pc_cols(map.basis_dim as u32) as usize
+        } else {
+            map.basis_dim
+        };
         let mut floats = 0;
         let fused = if fused_max_batch > 0 {
-            let m = map.fused_projection();
+            let m = map.fused_projection(pc_cols);
             floats += m.len();
             Some(gpu.upload(&m)?)
         } else {
@@ -116,6 +129,7 @@ impl Projection {
                 fused,
                 two,
                 fused_max_batch,
+                pc_cols,
                 mean,
             },
             floats,
@@ -139,9 +153,15 @@ impl Projection {
     /// `nq` (with the projections after them when fused).
     pub(super) fn pcs_stride(&self, ix: &IndexView, nq: usize) -> u32 {
         match self.fused_for(nq) {
-            Some(_) => ix.basis_dim + ix.width,
+            Some(_) => self.pc_cols as u32 + ix.width,
             None => ix.basis_dim,
         }
+    }
+
+    /// Where a fused product's projections start in each row (`f32` values
+    /// after the principal coordinates and their padding).
+    pub(super) fn fused_z_offset(&self) -> u32 {
+        self.pc_cols as u32
     }
 
     /// The largest batch that takes the fused product.

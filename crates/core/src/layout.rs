@@ -11,11 +11,6 @@ pub const BLOCK_THREADS: u32 = 256;
 /// work (more queries resident per multiprocessor).
 pub const NARROW_BLOCK_THREADS: u32 = 128;
 
-/// Threads per block of `wave_search_slim`, two warps: for the smallest
-/// per-query work, twice the queries of the narrow build resident per
-/// multiprocessor at about the same warps.
-pub const SLIM_BLOCK_THREADS: u32 = 64;
-
 /// Threads per block of `wave_search_latency`, the build for batches of at
 /// most one query per multiprocessor: each query has a whole multiprocessor,
 /// so it gets as many threads as a block can have.

@@ -11,9 +11,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::layout::{
-    BLOCK_THREADS, LATENCY_BLOCK_THREADS, NARROW_BLOCK_THREADS, SLIM_BLOCK_THREADS,
-};
+use crate::layout::{BLOCK_THREADS, LATENCY_BLOCK_THREADS, NARROW_BLOCK_THREADS};
 use crate::{GpuError, PTX};
 
 /// Total memory of device `ordinal` in bytes (a context is created for the
@@ -60,19 +58,6 @@ const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
 /// itself, its latency was 15% longer.
 const NARROW_SEARCH_BLOCKS_PER_SM: u32 = 8;
 
-/// Blocks per multiprocessor that set `wave_search_slim`'s register cap
-/// (`SLIM_BLOCK_THREADS` threads, 64 registers a thread, as the narrow
-/// build's; `cargo xtask kernel-report`: 76 bytes of spill stores against
-/// the narrow build's 80).
-const SLIM_SEARCH_BLOCKS_PER_SM: u32 = 16;
-
-/// Fewest `wave_search_slim` blocks that the batch's shared memory must let
-/// share a multiprocessor for the host to launch it, with `OCTEX_GPU_SLIM=1`
-/// and a batch that fills every multiprocessor with them: at 12, three
-/// quarters of the narrow build's warps and one and a half times its
-/// queries. A first guess, to be set by measurement.
-const SLIM_MIN_BLOCKS_PER_SM: u32 = 12;
-
 /// Blocks per multiprocessor of `wave_search_latency`: one block of
 /// `LATENCY_BLOCK_THREADS` threads (64 registers a thread), launched for
 /// batches of at most one query per multiprocessor, and for batches of any
@@ -105,7 +90,7 @@ pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u
 
 /// The builds of `wave_search`: entry, threads per block and blocks per
 /// multiprocessor (the launch bounds that set each build's register cap).
-pub const SEARCH_BUILDS: [(&str, u32, u32); 6] = [
+pub const SEARCH_BUILDS: [(&str, u32, u32); 5] = [
     ("wave_search", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
     ("wave_search_spilled", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
     (
@@ -117,11 +102,6 @@ pub const SEARCH_BUILDS: [(&str, u32, u32); 6] = [
         "wave_search_narrow",
         NARROW_BLOCK_THREADS,
         NARROW_SEARCH_BLOCKS_PER_SM,
-    ),
-    (
-        "wave_search_slim",
-        SLIM_BLOCK_THREADS,
-        SLIM_SEARCH_BLOCKS_PER_SM,
     ),
     (
         "wave_search_latency",
@@ -152,7 +132,6 @@ pub struct Gpu {
     pub(crate) wave_search_spilled: CudaFunction,
     pub(crate) wave_search_dense: CudaFunction,
     pub(crate) wave_search_narrow: CudaFunction,
-    pub(crate) wave_search_slim: CudaFunction,
     pub(crate) wave_search_latency: CudaFunction,
     pub(crate) fragment_keys: CudaFunction,
     pub(crate) query_fragments: CudaFunction,
@@ -168,14 +147,6 @@ pub struct Gpu {
     /// Fewest queries of a `wave_search_narrow` launch (enough blocks for
     /// every multiprocessor).
     pub(crate) narrow_min_batch: u32,
-    /// Most dynamic shared memory of a `wave_search_slim` launch
-    /// ([`SLIM_MIN_BLOCKS_PER_SM`] blocks fit a multiprocessor) with
-    /// `OCTEX_GPU_SLIM=1`; else 0, so the host never picks the build: it is
-    /// opt-in until measured (no GPU run has timed it yet; docs/RESULTS.md,
-    /// "Built and not yet measured").
-    pub(crate) slim_max_smem: usize,
-    /// Fewest queries of a `wave_search_slim` launch.
-    pub(crate) slim_min_batch: u32,
     /// Most queries of a `wave_search_latency` launch (one per
     /// multiprocessor), unless only one block fits a multiprocessor
     /// (`one_block_latency`).
@@ -189,7 +160,7 @@ pub struct Gpu {
     smem_per_sm: usize,
     smem_reserved: usize,
     multiprocessors: u32,
-    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow, slim, latency): one build for every
+    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow, latency): one build for every
     /// launch whose large arrays are in shared memory, whatever its shared
     /// memory or batch size, for measurements (spilled launches keep theirs).
     pub(crate) forced_search_kernel: Option<SearchKernel>,
@@ -204,8 +175,6 @@ pub(crate) enum SearchKernel {
     Dense,
     /// `wave_search_narrow`: `NARROW_BLOCK_THREADS` threads, 8 blocks.
     Narrow,
-    /// `wave_search_slim`: `SLIM_BLOCK_THREADS` threads, 12-16 blocks.
-    Slim,
     /// `wave_search_latency`: `LATENCY_BLOCK_THREADS` threads, 1 block.
     Latency,
 }
@@ -216,11 +185,10 @@ impl SearchKernel {
             "wide" => Some(Self::Wide),
             "dense" => Some(Self::Dense),
             "narrow" => Some(Self::Narrow),
-            "slim" => Some(Self::Slim),
             "latency" => Some(Self::Latency),
             other => {
                 tracing::warn!(
-                    "OCTEX_GPU_SEARCH_KERNEL={other} is not wide, dense, narrow, slim or latency; ignored"
+                    "OCTEX_GPU_SEARCH_KERNEL={other} is not wide, dense, narrow or latency; ignored"
                 );
                 None
             }
@@ -279,7 +247,6 @@ impl Gpu {
         let wave_search_spilled = f("wave_search_spilled")?;
         let wave_search_dense = f("wave_search_dense")?;
         let wave_search_narrow = f("wave_search_narrow")?;
-        let wave_search_slim = f("wave_search_slim")?;
         let wave_search_latency = f("wave_search_latency")?;
         let attribute = |a| ctx.attribute(a).map(|v| v as usize);
         let max_smem = attribute(
@@ -299,12 +266,6 @@ impl Gpu {
         let multiprocessors =
             attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let narrow_min_batch = multiprocessors as u32 * NARROW_SEARCH_BLOCKS_PER_SM;
-        let slim_max_smem = if std::env::var("OCTEX_GPU_SLIM").as_deref() == Ok("1") {
-            fitting(SLIM_MIN_BLOCKS_PER_SM)
-        } else {
-            0
-        };
-        let slim_min_batch = multiprocessors as u32 * SLIM_MIN_BLOCKS_PER_SM;
         let latency_max_batch = multiprocessors as u32 * LATENCY_SEARCH_BLOCKS_PER_SM;
         let one_block_latency = std::env::var("OCTEX_GPU_ONE_BLOCK_LATENCY").as_deref() != Ok("0");
         let topk_tile = f("topk_tile")?;
@@ -313,7 +274,6 @@ impl Gpu {
             &wave_search_spilled,
             &wave_search_dense,
             &wave_search_narrow,
-            &wave_search_slim,
             &wave_search_latency,
             &topk_tile,
         ] {
@@ -347,15 +307,12 @@ impl Gpu {
             wave_search_spilled,
             wave_search_dense,
             wave_search_narrow,
-            wave_search_slim,
             wave_search_latency,
             topk_tile,
             max_smem,
             dense_max_smem,
             narrow_max_smem,
             narrow_min_batch,
-            slim_max_smem,
-            slim_min_batch,
             latency_max_batch,
             one_block_latency,
             smem_per_sm,

@@ -134,7 +134,6 @@ mod tests {
             "wave_search_spilled",
             "wave_search_dense",
             "wave_search_narrow",
-            "wave_search_slim",
             "wave_search_latency",
             "fragment_keys",
             "query_fragments",

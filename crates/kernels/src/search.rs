@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 use crate::device::{cfg_threads, SearchKernel};
 use crate::layout::{
     BatchView, FragmentLookupLayout, IndexView, SearchSmem, BLOCK_THREADS, LATENCY_BLOCK_THREADS,
-    LOOKUP_TILE_SMEM, MAX_LOOKUP_SPACINGS, NARROW_BLOCK_THREADS, SLIM_BLOCK_THREADS,
+    LOOKUP_TILE_SMEM, MAX_LOOKUP_SPACINGS, NARROW_BLOCK_THREADS,
 };
 use crate::{blocks_for, cfg, Gpu, GpuError, Layout};
 
@@ -112,8 +112,7 @@ impl Gpu {
         // one kernel for each, so that the first uses shared-memory
         // instructions throughout. Of the shared-memory builds, the one with
         // the most blocks per multiprocessor that the shared memory allows;
-        // the narrow one only for batches that fill the device with it (the
-        // slim one likewise, with OCTEX_GPU_SLIM=1: opt-in until measured), the
+        // the narrow one only for batches that fill the device with it, the
         // latency one for launches of one block per multiprocessor (batches
         // of at most one query per multiprocessor, or shared memory that
         // lets only one block fit) whose rounds have work for its threads
@@ -127,8 +126,6 @@ impl Gpu {
                 || (self.one_block_latency && self.wide_search_blocks(smem) == Some(1));
             let fitting = if one_block && round_ids >= LATENCY_MIN_ROUND_IDS {
                 SearchKernel::Latency
-            } else if smem <= self.slim_max_smem && nq >= self.slim_min_batch {
-                SearchKernel::Slim
             } else if smem <= self.narrow_max_smem && nq >= self.narrow_min_batch {
                 SearchKernel::Narrow
             } else if smem <= self.dense_max_smem {
@@ -139,7 +136,7 @@ impl Gpu {
             // The dense and narrow builds hash for power-of-two sets only
             // (the host gives them no other; a forced build may meet one).
             let chosen = match self.forced_search_kernel.unwrap_or(fitting) {
-                SearchKernel::Dense | SearchKernel::Narrow | SearchKernel::Slim
+                SearchKernel::Dense | SearchKernel::Narrow
                     if !batch.view.hash_slots.is_power_of_two() =>
                 {
                     SearchKernel::Wide
@@ -150,7 +147,6 @@ impl Gpu {
                 SearchKernel::Wide => (&self.wave_search, BLOCK_THREADS),
                 SearchKernel::Dense => (&self.wave_search_dense, BLOCK_THREADS),
                 SearchKernel::Narrow => (&self.wave_search_narrow, NARROW_BLOCK_THREADS),
-                SearchKernel::Slim => (&self.wave_search_slim, SLIM_BLOCK_THREADS),
                 SearchKernel::Latency => (&self.wave_search_latency, LATENCY_BLOCK_THREADS),
             }
         };

@@ -11,8 +11,7 @@
 //!   round, `W` waves, exact rerank), with the visited set and the candidate
 //!   list in shared memory (`wave_search_dense`: the same body built for four
 //!   blocks per SM; `wave_search_narrow`: blocks of 128 threads, eight per SM,
-//!   for small per-query work in large batches; `wave_search_slim`: blocks of
-//!   64 threads, up to 16 per SM, for the smallest; `wave_search_latency`: blocks
+//!   for small per-query work in large batches; `wave_search_latency`: blocks
 //!   of 1,024 threads, one per SM, for batches of at most one query per SM;
 //!   `wave_search_spilled`: those arrays in a global scratch);
 //!   `fragment_keys`, the key and centre distance of every (vector, copy,

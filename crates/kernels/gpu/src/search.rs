@@ -388,16 +388,6 @@ pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: IndexView, batch: Ba
     unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS, true>(index, batch) }
 }
 
-/// [`wave_search`] with blocks of `SLIM_BLOCK_THREADS` threads (two
-/// warps), for the smallest per-query work: twice the queries of the narrow
-/// build share a multiprocessor, and a barrier waits for two warps.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search_slim(index: IndexView, batch: BatchView) {
-    // SAFETY: the host's contract, as for the body, launched with
-    // SLIM_BLOCK_THREADS threads.
-    unsafe { wave_search_body::<false, SLIM_BLOCK_THREADS, true>(index, batch) }
-}
-
 /// [`wave_search`] with blocks of `LATENCY_BLOCK_THREADS` threads, for
 /// batches of at most one query per multiprocessor (batch 1 and 100 on an
 /// H200): every round, sort and rerank of a query is spread over four times

@@ -1,62 +1,131 @@
 #!/usr/bin/env bash
 # Lays out the folders that carry binaries and data to the lent GPU machine,
-# one folder per device call, each under what a call carries (64 MiB with the
-# ~10 MiB work tree), from what `cargo xtask fetch glove-50` and
-# `cargo xtask fetch debian-docs-minilm` left in data/:
+# one folder per device call, numbered in the order the calls must run:
+# .carry-1, .carry-2, ... Each holds at most what one call may carry beside
+# the work tree (64 MiB in all; the room left is measured from the tree as
+# it is now, so run this after the last commit before the calls).
 #
-#   .carry-bin     release binaries (scripts/device-pack.sh) and the
-#                  device helpers (scripts/device-lib.sh as common.sh)
-#   .carry-glove1  GloVe-50 base, xz pieces 00-01
-#   .carry-glove2  GloVe-50 base piece 02, queries, top-100 truth, manifest
-#   .carry-text    the text set's passages (base and query, xz)
-#   .carry-model1  the MiniLM weights, pieces 00-01
-#   .carry-model2  the MiniLM weights, pieces 02-03, config, package list
+#   scripts/device-carry.sh [ITEM...]     (default: every item that is here)
 #
-# scripts/device-run.sh on the machine puts the pieces together in
-# /tmp/octex, which lasts while the machine stays warm (30 s idle), so the
-# calls of one data set follow each other at once. Each folder gets a run.sh
-# to fill in; a call is
-#   export OUT; rm -rf .carry && cp -r .carry-NAME .carry && bash .carry/run.sh
-# with carry [".carry-NAME"].
+# Items, packed in the order given, each folder filled before the next:
+#   bin            release binaries (scripts/device-pack.sh)
+#   site           cuVS 26.6 for `bench --peers` (../shared/tools/cuvs; made
+#                  in /tmp/cuvs-site when missing)
+#   fashion-mnist, glove-50, synth-1m, ...   a data set of data/ (what
+#                  `cargo xtask fetch` or `synth` left there), as a bundle
+#   text           the text set's passages and the MiniLM model
+#                  (data/downloads/debian-docs), embedded on the machine by
+#                  the `text` step of scripts/device-run.sh
+# A data bundle is an xz'd tar cut into pieces that fill each folder's room;
+# scripts/device-run.sh unpacks it under /tmp/octex/data when its last piece
+# has come. /tmp lasts while the machine stays warm (30 s idle), so the calls
+# follow each other at once.
+#
+# Each folder gets common.sh (scripts/device-lib.sh) and a run.sh that
+# unpacks what came; add the call's steps to it. A call is
+#   export OUT; rm -rf .carry && cp -r .carry-N .carry && bash .carry/run.sh
+# with carry [".carry-N"].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${OCTEX_DATA:-data}
-piece=27000000
-new() { rm -rf ".carry-$1"; mkdir -p ".carry-$1"; cp scripts/device-lib.sh ".carry-$1/common.sh"; printf '#!/bin/bash\nTAG=%s; source .carry/common.sh\nbash scripts/device-run.sh > $OUT/setup.log 2>&1\n' "$1" > ".carry-$1/run.sh"; }
-
-new bin
-bash scripts/device-pack.sh >/dev/null
-mv .carry/bin.tar.xz .carry-bin/
-
-g="$data/glove-50"
-if [ -f "$g/base.fvecs" ]; then
-  new glove1; new glove2
-  tmp=$(mktemp -d)
-  xz -T0 -6 -c "$g/base.fvecs" | split -b $piece -d -a 2 - "$tmp/glove-base.xz.part"
-  mv "$tmp"/glove-base.xz.part00 "$tmp"/glove-base.xz.part01 .carry-glove1/
-  mv "$tmp"/glove-base.xz.part0* .carry-glove2/
-  cp "$g/query.fvecs" .carry-glove2/glove-query.fvecs
-  cp "$g/gt.ivecs" .carry-glove2/glove-50-gt10.ivecs
-  cp "$g/manifest.json" .carry-glove2/glove-50.json
-  rm -rf "$tmp"
-else
-  echo "no $g/base.fvecs: run cargo xtask fetch glove-50 first (GloVe-50 skipped)" >&2
+items=("$@")
+if [ ${#items[@]} -eq 0 ]; then
+  items=(bin site)
+  for d in "$data"/*/manifest.json; do [ -e "$d" ] && items+=("$(basename "$(dirname "$d")")"); done
+  [ -f "$data/downloads/debian-docs/model/model.safetensors" ] && items+=(text)
 fi
 
-t="$data/downloads/debian-docs"
-if [ -f "$t/base.txt" ] && [ -f "$t/model/model.safetensors" ]; then
-  new text; new model1; new model2
-  xz -T0 -6 -c "$t/base.txt" > .carry-text/text-base.txt.xz.part
-  xz -T0 -6 -c "$t/query.txt" > .carry-text/text-query.txt.xz.part
-  tmp=$(mktemp -d)
-  split -b 23M -d -a 2 "$t/model/model.safetensors" "$tmp/minilm.safetensors.part"
-  mv "$tmp"/minilm.safetensors.part00 "$tmp"/minilm.safetensors.part01 .carry-model1/
-  mv "$tmp"/minilm.safetensors.part0* .carry-model2/
-  tar -cf .carry-model2/minilm-config.tar -C "$t/model" --exclude=model.safetensors .
-  cp "$t/packages.txt" .carry-model2/text-packages.txt
-  printf 'OCTEX_TEXT_XFER=0 bash scripts/device-run.sh text > $OUT/text.log 2>&1\n' >> .carry-model2/run.sh
-  rm -rf "$tmp"
-else
-  echo "no $t/base.txt or model: run cargo xtask fetch debian-docs-minilm first (text set skipped)" >&2
-fi
-du -sh .carry-bin .carry-glove* .carry-text .carry-model* 2>/dev/null
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+# Each staged item is a file in $stage/N-NAME/ (N: its place in the order);
+# a bundle's file is NAME.tar.xz, cut into pieces below.
+n=0
+for item in "${items[@]}"; do
+  n=$((n + 1))
+  dir="$stage/$(printf %02d $n)-$item"
+  mkdir -p "$dir"
+  case "$item" in
+    bin)
+      bash scripts/device-pack.sh >/dev/null
+      mv .carry/bin.tar.xz "$dir/" ;;
+    site)
+      site=${OCTEX_CUVS_SITE:-/tmp/cuvs-site}
+      [ -f "$site/site.tar.xz" ] || bash ../shared/tools/cuvs/make-site.sh "$site" >/dev/null
+      cp "$site/site.tar.xz" "$dir/"
+      cp ../shared/tools/cuvs/env.sh "$dir/cuvs-env.sh" ;;
+    text)
+      [ -f "$data/downloads/debian-docs/base.txt" ] || { echo "no text passages: cargo xtask fetch debian-docs-minilm first" >&2; exit 1; }
+      tar -cf - -C "$data" downloads/debian-docs/base.txt downloads/debian-docs/query.txt \
+        downloads/debian-docs/packages.txt downloads/debian-docs/model \
+        | xz -T0 -6 > "$dir/text.tar.xz" ;;
+    *)
+      [ -f "$data/$item/manifest.json" ] || { echo "no data set $data/$item (fetch it first)" >&2; exit 1; }
+      tar -cf - -C "$data" "$item" | xz -T0 -6 > "$dir/$item.tar.xz" ;;
+  esac
+done
+
+tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null || true) | awk 'END {print $1}')
+room=$(( (64 << 20) - tree - (1 << 20) ))
+rm -rf .carry-[0-9]*
+python3 - "$stage" "$room" <<'PY'
+import os, sys
+stage, room = sys.argv[1], int(sys.argv[2])
+folders = []  # [free bytes, {name: bytes}]
+
+def folder(need):
+    if not folders or folders[-1][0] < need:
+        folders.append([room, {}])
+    return folders[-1]
+
+for item in sorted(os.listdir(stage)):
+    d = os.path.join(stage, item)
+    files = sorted(os.listdir(d))
+    if item.split("-", 1)[1] not in ("bin", "site"):
+        # A bundle: pieces that fill the room, the first one what is left of
+        # the current folder (if at least 1 MiB).
+        path = os.path.join(d, files[0])
+        name = files[0][: -len(".tar.xz")]
+        size, done, pieces = os.path.getsize(path), 0, []
+        with open(path, "rb") as src:
+            while done < size:
+                f = folder(1 << 20)
+                take = min(f[0], size - done)
+                part = f"{name}.tar.xz.part{len(pieces):02d}"
+                f[1][part] = (path, done, take)
+                f[0] -= take
+                done += take
+                pieces.append(f)
+        for f in pieces:
+            f[1][f"{name}.pieces"] = str(len(pieces)).encode()
+    else:
+        need = sum(os.path.getsize(os.path.join(d, x)) for x in files)
+        if need > room:
+            sys.exit(f"{item}: {need} bytes, more than one call's room ({room})")
+        f = folder(need)
+        for x in files:
+            f[1][x] = (os.path.join(d, x), 0, os.path.getsize(os.path.join(d, x)))
+        f[0] -= need
+
+for i, (free, content) in enumerate(folders, 1):
+    out = f".carry-{i}"
+    os.makedirs(out)
+    for name, what in content.items():
+        with open(os.path.join(out, name), "wb") as dst:
+            if isinstance(what, bytes):
+                dst.write(what)
+                continue
+            path, start, length = what
+            with open(path, "rb") as src:
+                src.seek(start)
+                while length:
+                    chunk = src.read(min(length, 1 << 24))
+                    dst.write(chunk)
+                    length -= len(chunk)
+    with open(os.path.join(out, "run.sh"), "w") as run:
+        run.write("#!/bin/bash\n# Carries: " + ", ".join(sorted(content)) + "\n")
+        run.write(f"TAG=carry-{i}; source .carry/common.sh\n")
+        run.write("bash scripts/device-run.sh > $OUT/setup.log 2>&1\n")
+        run.write("# The call's steps go here (device-lib.sh: tests, bench, quick, variants).\n")
+    print(f"{out}: {room - free} of {room} bytes: {', '.join(sorted(content))}")
+PY
+for f in .carry-[0-9]*; do cp scripts/device-lib.sh "$f/common.sh"; done

@@ -5,7 +5,8 @@
 #
 #   bench SET [ARGS]          the full grid (with cuVS peers when the site is
 #                             unpacked in /tmp/site), bounded in time
-#   tests                     every GPU test binary; non-zero if one failed
+#   tests [SUFFIX]            every GPU test binary (logs named with SUFFIX);
+#                             non-zero if one failed
 #   ab2 SET INDEX             the quick grid, $D/bin-old/xtask against
 #                             $D/bin/xtask, twice each, interleaved
 #   abv SET INDEX V...        the quick grid of $D/bin-V/xtask for each V,
@@ -23,12 +24,13 @@ bench() {
   echo "== $set ${peers[*]} $* (rc $?)"; grep -E "^  0\.|^--recall|kernel phases|parity|octex build|peak DRAM" "$OUT/bench-$set.log" | cut -c1-330 | head -40
   cp "$D/out/b-$set/results-gpu.json" "$OUT/$set-results-gpu.json"
 }
-tests() {
-  local ok=0
+tests() { # [SUFFIX of the logs' names; the caller's environment applies]
+  local ok=0 log
   for t in "$D"/bin/*-tests; do
-    echo "--- $t"
-    OCTEX_REQUIRE_GPU=1 timeout 300 "$t" --test-threads=1 --nocapture > "$OUT/$(basename "$t").log" 2>&1 || ok=1
-    grep -E "test result|FAILED|panicked|failed" "$OUT/$(basename "$t").log" | head
+    log="$OUT/$(basename "$t")${1:+-$1}.log"
+    echo "--- $t ${1:-}"
+    OCTEX_REQUIRE_GPU=1 timeout 300 "$t" --test-threads=1 --nocapture > "$log" 2>&1 || ok=1
+    grep -E "test result|FAILED|panicked|failed" "$log" | head
   done
   return $ok
 }

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runs on the lent GPU machine, which has CUDA but no Rust: unpacks what the
-# call carried in .carry/ (release binaries built here, data in xz pieces)
+# call carried in .carry/ (release binaries built here, data bundles in xz
+# pieces, the cuVS site)
 # into /tmp/octex, which lasts while the machine stays warm, then runs the
 # steps named on the command line. Logs and results go to $OUT.
 #
@@ -13,39 +14,25 @@ D=/tmp/octex
 OUT=${OUT:-/tmp/octex/out}
 mkdir -p "$D/bin" "$D/data/parts" "$D/out" "$OUT"
 if [ -f "$C/bin.tar.xz" ]; then tar -xJf "$C/bin.tar.xz" -C "$D/bin"; fi
-for f in "$C"/*.part*; do [ -e "$f" ] && cp "$f" "$D/data/parts/"; done
+for f in "$C"/*.part* "$C"/*.pieces; do [ -e "$f" ] && cp "$f" "$D/data/parts/"; done
 
-# fashion-mnist: base and queries as xz, top-10 ground truth, manifest.
-if [ -f "$C/fm-base.xz" ]; then
-  mkdir -p "$D/data/fashion-mnist"
-  xz -dc "$C/fm-base.xz" > "$D/data/fashion-mnist/base.fvecs"
-  xz -dc "$C/fm-query.xz" > "$D/data/fashion-mnist/query.fvecs"
-  cp "$C/fashion-mnist-gt10.ivecs" "$D/data/fashion-mnist/gt.ivecs"
-  cp "$C/fashion-mnist.json" "$D/data/fashion-mnist/manifest.json"
-fi
-# fashion-mnist as bytes (its pixels are integers 0-255; smaller to carry).
-if [ -f "$C/fm-base.u8.xz" ] && [ ! -f "$D/data/fashion-mnist/base.fvecs" ]; then
-  mkdir -p "$D/data/fashion-mnist"
-  for n in base query; do
-    xz -dc "$C/fm-$n.u8.xz" | python3 -c "
-import sys, numpy as np
-v = np.frombuffer(sys.stdin.buffer.read(), np.uint8).reshape(-1, 784).astype(np.float32)
-out = np.empty((v.shape[0], 785), np.float32); out[:, 0] = np.array([784], np.int32).view(np.float32)[0]
-out[:, 1:] = v; out.tofile('$D/data/fashion-mnist/$n.fvecs')"
-  done
-  cp "$C/fashion-mnist-gt10.ivecs" "$D/data/fashion-mnist/gt.ivecs"
-  cp "$C/fashion-mnist.json" "$D/data/fashion-mnist/manifest.json"
-fi
-# glove-50: the base comes in pieces over several calls.
-if [ -f "$C/glove-50.json" ]; then
-  mkdir -p "$D/data/glove-50"
-  cp "$C/glove-50.json" "$D/data/glove-50/manifest.json"
-  cp "$C/glove-50-gt10.ivecs" "$D/data/glove-50/gt.ivecs"
-  cp "$C/glove-query.fvecs" "$D/data/glove-50/query.fvecs"
-fi
-if [ ! -f "$D/data/glove-50/base.fvecs" ] && [ -f "$D/data/parts/glove-base.xz.part00" ] && [ -f "$D/data/parts/glove-base.xz.part01" ] && [ -f "$D/data/parts/glove-base.xz.part02" ]; then
-  cat "$D"/data/parts/glove-base.xz.part0* | xz -dc > "$D/data/glove-50/base.fvecs"
-fi
+# Data bundles (scripts/device-carry.sh): NAME.tar.xz in pieces
+# (NAME.tar.xz.partNN) over one or more calls, with NAME.pieces (their count)
+# in each; a bundle unpacks under $D/data once its last piece has come, and
+# its pieces are then deleted.
+for p in "$D"/data/parts/*.pieces; do
+  [ -e "$p" ] || continue
+  name=$(basename "$p" .pieces)
+  [ -f "$D/data/parts/$name.unpacked" ] && continue
+  have=$(find "$D/data/parts" -name "$name.tar.xz.part*" | wc -l)
+  if [ "$have" = "$(cat "$p")" ]; then
+    cat "$D/data/parts/$name.tar.xz.part"* | tar -xJf - -C "$D/data" \
+      && touch "$D/data/parts/$name.unpacked" && rm -f "$D/data/parts/$name.tar.xz.part"*
+    echo "bundle $name unpacked (rc $?)"
+  else
+    echo "bundle $name: $have of $(cat "$p") pieces so far"
+  fi
+done
 # cuVS for `bench --peers` (../shared/tools/cuvs): site.tar.xz and its env.sh
 # (carried as cuvs-env.sh) unpack to /tmp/site once per warm machine.
 if [ -f "$C/site.tar.xz" ] && [ ! -f /tmp/site/env.sh ]; then
@@ -82,17 +69,11 @@ for step in "$@"; do
       IFS=: read -r _ name built backend <<< "$step"
       "$D/bin/xtask" search --index "$D/out/$name-$built.octex" --queries "$D/data/$name/query.fvecs" --gt "$D/data/$name/gt.ivecs" --backend "$backend" 2>&1 | tee -a "$OUT/search.log" ;;
     text)
-      # debian-docs-minilm: passages (text-*.txt.xz), the model in two pieces
-      # (minilm.safetensors.part0*) and its config (minilm-config.tar) came
-      # over two calls; embed on the GPU, then `fetch` computes the ground truth.
+      # debian-docs-minilm: the `text` bundle (passages, package list and
+      # the MiniLM model under downloads/debian-docs/) embedded on the GPU,
+      # then `fetch` computes the ground truth.
       T="$D/data/downloads/debian-docs"
-      mkdir -p "$T/model"
       if [ ! -f "$D/data/debian-docs-minilm/gt.ivecs" ]; then
-        cat "$D"/data/parts/minilm.safetensors.part0* > "$T/model/model.safetensors"
-        tar -xf "$C/minilm-config.tar" -C "$T/model"
-        xz -dc "$D/data/parts/text-base.txt.xz.part" > "$T/base.txt"
-        xz -dc "$D/data/parts/text-query.txt.xz.part" > "$T/query.txt"
-        cp "$C/text-packages.txt" "$T/packages.txt"
         ls -la "$T" "$T/model"
         "$D/bin/xtask" fetch debian-docs-minilm 2>&1 | tr '\r' '\n' | grep -v "Batches:.*it/s]$" | tee "$OUT/text-fetch.log"
         # The embeddings as float16 (exact: they were rounded so), xz'd, in

@@ -64,7 +64,8 @@ for item in "${items[@]}"; do
   esac
 done
 
-tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null || true) | awk 'END {print $1}')
+# The work tree's bytes (tracked files and untracked ones not ignored).
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
 room=$(( (64 << 20) - tree - (1 << 20) ))
 rm -rf .carry-[0-9]*
 python3 - "$stage" "$room" <<'PY'

@@ -5,6 +5,8 @@
 #
 #   bench SET [ARGS]          the full grid (with cuVS peers when the site is
 #                             unpacked in /tmp/site), bounded in time
+#   quick BIN SET INDEX NAME [ENV...]   the quick grid (or $GRID's
+#                             bench arguments) of one binary and index
 #   tests [SUFFIX]            every GPU test binary (logs named with SUFFIX);
 #                             non-zero if one failed
 #   ab2 SET INDEX             the quick grid, $D/bin-old/xtask against
@@ -34,9 +36,10 @@ tests() { # [SUFFIX of the logs' names; the caller's environment applies]
   done
   return $ok
 }
-quick() { # BINARY SET INDEX NAME [ENV...]
+quick() { # BINARY SET INDEX NAME [ENV...]; GRID (default --quick) picks the grid
   local bin=$1 set=$2 index=$3 name=$4; shift 4
-  env "$@" OCTEX_DATA=$D/data OCTEX_LOG=warn timeout 200 "$bin" bench --data "$set" --backend gpu --index "$index" --out "$D/out/$name" --repeats 3 --quick > "$OUT/$name.log" 2>&1
+  # shellcheck disable=SC2086
+  env "$@" OCTEX_DATA=$D/data OCTEX_LOG=warn timeout 200 "$bin" bench --data "$set" --backend gpu --index "$index" --out "$D/out/$name" --repeats 3 ${GRID:---quick} > "$OUT/$name.log" 2>&1
   echo "== $name"; grep -E "kernel phases" "$OUT/$name.log" | cut -c1-230
   cp "$D/out/$name/results-gpu.json" "$OUT/$name.json"
 }

@@ -413,16 +413,43 @@ impl SearchSmem {
         }
     }
 
-    /// Most ids one round can see for the first time: the first round's ripple
-    /// heads and entry points, or one wave's rows.
+    /// Most ids one round can see for the first time: the first round's
+    /// ripple heads, the seeds (a round of their own, after the fresh list is
+    /// emptied), or one wave's rows.
     pub const fn fresh_len(index: &IndexView, batch: &BatchView) -> u32 {
-        let first = index.copies * batch.read_depth + index.n_seeds;
+        let ripples = index.copies * batch.read_depth;
         let wave = batch.start_points * index.row_len;
-        if first > wave {
-            first
-        } else {
-            wave
-        }
+        max_u32(max_u32(ripples, index.n_seeds), wave)
+    }
+
+    /// Most distinct ids the first round leaves in the visited set and the
+    /// candidate buffer, for a read depth `read_depth` and `start_points`
+    /// start points: its `copies x read_depth` ripple heads, or, where these
+    /// held fewer distinct ids than the start points (only then does
+    /// `wave_search` visit the seeds), those and the `n_seeds` seeds.
+    /// Counting the ripple heads and the seeds together, as if both could
+    /// fill one round, rounded synth-1m's visited set at r4 S12 W1 from
+    /// 1,035 to 1,152 entries' worth.
+    pub const fn first_round_ids(index: &IndexView, read_depth: u32, start_points: u32) -> u32 {
+        let ripples = index.copies * read_depth;
+        let seeded = min_u32(ripples, start_points.saturating_sub(1)) + index.n_seeds;
+        max_u32(ripples, seeded)
+    }
+}
+
+const fn max_u32(a: u32, b: u32) -> u32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+const fn min_u32(a: u32, b: u32) -> u32 {
+    if a < b {
+        a
+    } else {
+        b
     }
 }
 
@@ -468,6 +495,33 @@ pub const fn f32_from_order_key(k: u32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_round_bound_counts_the_seeds_only_where_they_are_visited() {
+        let index = IndexView {
+            copies: 32,
+            n_seeds: 256,
+            row_len: 64,
+            ..IndexView::default()
+        };
+        // r4 S12: the ripple heads (128) or fewer than 12 of them and the
+        // seeds (11 + 256).
+        assert_eq!(SearchSmem::first_round_ids(&index, 4, 12), 267);
+        // r16: the 512 ripple heads bound it.
+        assert_eq!(SearchSmem::first_round_ids(&index, 16, 12), 512);
+        // More start points than ripple heads: every first round is seeded.
+        assert_eq!(SearchSmem::first_round_ids(&index, 1, 64), 32 + 256);
+        // The fresh list holds one round: the ripple heads, the seeds, or a
+        // wave's rows.
+        let batch = |read_depth, start_points| BatchView {
+            read_depth,
+            start_points,
+            ..BatchView::default()
+        };
+        assert_eq!(SearchSmem::fresh_len(&index, &batch(4, 12)), 768);
+        assert_eq!(SearchSmem::fresh_len(&index, &batch(4, 2)), 256);
+        assert_eq!(SearchSmem::fresh_len(&index, &batch(16, 4)), 512);
+    }
 
     #[test]
     fn fused_projections_start_16_byte_aligned() {

@@ -244,8 +244,8 @@ pub const LOOKUP_TILE_QUERIES: u32 = 32;
 /// rows (`CopyMap::fused_projection`), `basis_dim` rounded up to a multiple
 /// of 4: the projections after them then start 16-byte aligned in every
 /// row, and `query_fragments` copies and reads them 16 bytes at a time
-/// (GloVe-50's 50 principal coordinates become 52 columns). The search
-/// pads so with `OCTEX_GPU_PAD_PCS=1` only, until a GPU run has measured it.
+/// (GloVe-50's 50 principal coordinates become 52 columns; measured
+/// +0.6% there, `crates/search/src/gpu/device_index.rs`).
 pub const fn fused_pc_cols(basis_dim: u32) -> u32 {
     basis_dim.div_ceil(4) * 4
 }
@@ -426,10 +426,9 @@ impl SearchSmem {
     /// candidate buffer, for a read depth `read_depth` and `start_points`
     /// start points: its `copies x read_depth` ripple heads, or, where these
     /// held fewer distinct ids than the start points (only then does
-    /// `wave_search` visit the seeds), those and the `n_seeds` seeds.
-    /// Counting the ripple heads and the seeds together, as if both could
-    /// fill one round, rounded synth-1m's visited set at r4 S12 W1 from
-    /// 1,035 to 1,152 entries' worth.
+    /// `wave_search` visit the seeds), those and the `n_seeds` seeds. It
+    /// sizes the candidate buffer; the visited set keeps a slot per entry
+    /// read (`crates/search/src/gpu/batch.rs` says why).
     pub const fn first_round_ids(index: &IndexView, read_depth: u32, start_points: u32) -> u32 {
         let ripples = index.copies * read_depth;
         let seeded = min_u32(ripples, start_points.saturating_sub(1)) + index.n_seeds;

@@ -90,7 +90,7 @@ pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u
 
 /// The builds of `wave_search`: entry, threads per block and blocks per
 /// multiprocessor (the launch bounds that set each build's register cap).
-pub const SEARCH_BUILDS: [(&str, u32, u32); 6] = [
+pub const SEARCH_BUILDS: [(&str, u32, u32); 5] = [
     ("wave_search", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
     ("wave_search_spilled", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
     (
@@ -100,11 +100,6 @@ pub const SEARCH_BUILDS: [(&str, u32, u32); 6] = [
     ),
     (
         "wave_search_narrow",
-        NARROW_BLOCK_THREADS,
-        NARROW_SEARCH_BLOCKS_PER_SM,
-    ),
-    (
-        "wave_search_narrow_any",
         NARROW_BLOCK_THREADS,
         NARROW_SEARCH_BLOCKS_PER_SM,
     ),
@@ -137,7 +132,6 @@ pub struct Gpu {
     pub(crate) wave_search_spilled: CudaFunction,
     pub(crate) wave_search_dense: CudaFunction,
     pub(crate) wave_search_narrow: CudaFunction,
-    pub(crate) wave_search_narrow_any: CudaFunction,
     pub(crate) wave_search_latency: CudaFunction,
     pub(crate) fragment_keys: CudaFunction,
     pub(crate) query_fragments: CudaFunction,
@@ -253,7 +247,6 @@ impl Gpu {
         let wave_search_spilled = f("wave_search_spilled")?;
         let wave_search_dense = f("wave_search_dense")?;
         let wave_search_narrow = f("wave_search_narrow")?;
-        let wave_search_narrow_any = f("wave_search_narrow_any")?;
         let wave_search_latency = f("wave_search_latency")?;
         let attribute = |a| ctx.attribute(a).map(|v| v as usize);
         let max_smem = attribute(
@@ -281,7 +274,6 @@ impl Gpu {
             &wave_search_spilled,
             &wave_search_dense,
             &wave_search_narrow,
-            &wave_search_narrow_any,
             &wave_search_latency,
             &topk_tile,
         ] {
@@ -315,7 +307,6 @@ impl Gpu {
             wave_search_spilled,
             wave_search_dense,
             wave_search_narrow,
-            wave_search_narrow_any,
             wave_search_latency,
             topk_tile,
             max_smem,
@@ -345,14 +336,6 @@ impl Gpu {
         }
         let fit = self.smem_per_sm / (smem + self.smem_reserved);
         Some((fit as u32).min(SEARCH_BLOCKS_PER_SM))
-    }
-
-    /// Whether a search launch of `nq` queries with `smem` bytes of dynamic
-    /// shared memory a block runs the narrow build (as
-    /// [`Gpu::wave_search`] chooses, unless `OCTEX_GPU_SEARCH_KERNEL` forces
-    /// another).
-    pub fn narrow_search_takes(&self, smem: usize, nq: u32) -> bool {
-        smem <= self.narrow_max_smem && nq >= self.narrow_min_batch
     }
 
     /// A kernel of the module by name (for the launchers of other modules).

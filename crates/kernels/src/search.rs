@@ -133,20 +133,19 @@ impl Gpu {
             } else {
                 SearchKernel::Wide
             };
-            // The dense build and `wave_search_narrow` hash for power-of-two
-            // sets only (the host gives the dense one no other; a forced
-            // build may meet one); `wave_search_narrow_any` takes any set.
-            let pow2 = batch.view.hash_slots.is_power_of_two();
+            // The dense and narrow builds hash for power-of-two sets only
+            // (the host gives them no other; a forced build may meet one).
             let chosen = match self.forced_search_kernel.unwrap_or(fitting) {
-                SearchKernel::Dense if !pow2 => SearchKernel::Wide,
+                SearchKernel::Dense | SearchKernel::Narrow
+                    if !batch.view.hash_slots.is_power_of_two() =>
+                {
+                    SearchKernel::Wide
+                }
                 k => k,
             };
             match chosen {
                 SearchKernel::Wide => (&self.wave_search, BLOCK_THREADS),
                 SearchKernel::Dense => (&self.wave_search_dense, BLOCK_THREADS),
-                SearchKernel::Narrow if !pow2 => {
-                    (&self.wave_search_narrow_any, NARROW_BLOCK_THREADS)
-                }
                 SearchKernel::Narrow => (&self.wave_search_narrow, NARROW_BLOCK_THREADS),
                 SearchKernel::Latency => (&self.wave_search_latency, LATENCY_BLOCK_THREADS),
             }

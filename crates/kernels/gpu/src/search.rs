@@ -388,16 +388,6 @@ pub unsafe extern "ptx-kernel" fn wave_search_narrow(index: IndexView, batch: Ba
     unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS, true>(index, batch) }
 }
 
-/// [`wave_search_narrow`] for visited sets of any number of slots (hashed
-/// by the multiply-high, [`home_slot`]): the host sizes them to a multiple
-/// of 32 slots where that takes less shared memory than a power of two.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn wave_search_narrow_any(index: IndexView, batch: BatchView) {
-    // SAFETY: the host's contract, as for the body, launched with
-    // NARROW_BLOCK_THREADS threads.
-    unsafe { wave_search_body::<false, NARROW_BLOCK_THREADS, false>(index, batch) }
-}
-
 /// [`wave_search`] with blocks of `LATENCY_BLOCK_THREADS` threads, for
 /// batches of at most one query per multiprocessor (batch 1 and 100 on an
 /// H200): every round, sort and rerank of a query is spread over four times

@@ -93,10 +93,20 @@ pub(super) fn batch_view(
     let r = plan.read_depth as u32;
     let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
     let keep = plan.keep as u32;
-    let first = SearchSmem::first_round_ids(ix, r, start_points);
     // The block sort takes any length: no rounding to a power of two.
+    let first = SearchSmem::first_round_ids(ix, r, start_points);
     let buf_len = first.max(keep + start_points * row_len);
-    let entries = first + waves * start_points * row_len;
+    // The visited set: a slot per entry the query may read, the seeds
+    // counted beside the ripple heads. The tighter bound of the buffer
+    // (`first`) halved the set where it crossed a power of two, and a set
+    // that full is slow: GloVe-50 r16 S24 W1 read 1,591 distinct ids into
+    // 2,048 slots instead of 4,096 and ran at 3.96M QPS (H200, batch
+    // 10,000), under r8's 8.23M. Synth-1m's W1 points (a third as many
+    // distinct ids per entry) ran 8-16% slower with sets of a multiple of 32
+    // slots and 10-60% slower with half the slots per entry, at the same
+    // blocks per multiprocessor and more L1 (docs/RESULTS.md, "Smaller
+    // visited sets").
+    let entries = ix.copies * r + ix.n_seeds + waves * start_points * row_len;
     // The set holds distinct ids only, fewer than the entries read (ids recur
     // across copies and rows): one slot per entry bounds the load at 1 in the
     // worst case, at half the shared memory of a load-0.5 table (more blocks
@@ -168,19 +178,6 @@ pub(super) fn batch_view(
             if before <= 1 && after > before {
                 view = tight;
             }
-        }
-    }
-    // Narrow launches with a set of a multiple of 32 slots, opt-in
-    // (`OCTEX_GPU_NARROW_SETS=step`) until measured: less shared memory a
-    // block leaves more of each multiprocessor to L1, which the sketch rows
-    // and the narrow build's register spills go through.
-    if one_slot_per_entry && narrow_step_sets() {
-        let step = BatchView {
-            hash_slots: visited_slots(entries, 1.0, MAX_HASH_SLOTS, Rounding::Step),
-            ..view
-        };
-        if smem(&step) < smem(&view) && s.narrow_search_takes(smem(&step), view.nq) {
-            view = step;
         }
     }
     if smem(&view) > s.max_shared_memory() {
@@ -286,13 +283,6 @@ pub(super) fn search_launches(
 ) -> Result<(), GpuError> {
     g.query_fragments(&dev.view, &b.view, &mut b.frag_hits)?;
     g.wave_search(&dev.view, &b.view)
-}
-
-/// `OCTEX_GPU_NARROW_SETS=step`: narrow launches take visited sets of a
-/// multiple of [`VISITED_SLOT_STEP`] slots (`wave_search_narrow_any`).
-fn narrow_step_sets() -> bool {
-    static STEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STEP.get_or_init(|| std::env::var("OCTEX_GPU_NARROW_SETS").as_deref() == Ok("step"))
 }
 
 /// How [`visited_slots`] rounds the set's size up.

@@ -320,17 +320,17 @@ fn large_batches_agree_between_cpu_and_gpu() {
     }
 }
 
-/// Projections whose rows are not 16-byte aligned: at 50 dimensions the
-/// principal coordinates (50 of them) sit before the copies' projections in
-/// one product's rows, so `query_fragments` stages and reads them 4 bytes at
-/// a time instead of 16. Batches of 1,000 (that path) and of 100 (the
-/// lookup inside the search kernel) give the same ids, and both agree with
-/// the CPU. Run with `OCTEX_GPU_PAD_PCS=1` in the environment, it checks the
-/// padded rows instead (52 columns of principal coordinates; the projections
-/// then aligned and read 16 bytes at a time).
+/// Projections after 50 principal coordinates: at 50 dimensions the
+/// principal coordinates sit before the copies' projections in one
+/// product's rows, padded by default to 52 columns so that the projections
+/// start 16-byte aligned and `query_fragments` reads them 16 bytes at a
+/// time. Batches of 1,000 (that kernel) and of 100 (the lookup inside the
+/// search kernel) give the same ids, and both agree with the CPU. Run with
+/// `OCTEX_GPU_PAD_PCS=0` in the environment, it checks the unpadded rows,
+/// which are not 16-byte aligned: the lookup's 4-byte path.
 #[test]
-fn unaligned_projections_agree_between_cpu_and_gpu() {
-    let Some(_gpu) = gpu_or_skip("unaligned_projections_agree_between_cpu_and_gpu") else {
+fn fifty_principal_coordinates_agree_between_cpu_and_gpu() {
+    let Some(_gpu) = gpu_or_skip("fifty_principal_coordinates_agree_between_cpu_and_gpu") else {
         return;
     };
     let dim = 50;

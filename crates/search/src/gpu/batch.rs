@@ -102,10 +102,11 @@ pub(super) fn batch_view(
     // that full is slow: GloVe-50 r16 S24 W1 read 1,591 distinct ids into
     // 2,048 slots instead of 4,096 and ran at 3.96M QPS (H200, batch
     // 10,000), under r8's 8.23M (11.99M with this count). Synth-1m's W1
-    // points (about half as many distinct ids per entry) ran 8-16% slower with sets of a multiple of 32
-    // slots and 10-60% slower with half the slots per entry, at the same
-    // blocks per multiprocessor and more L1 (docs/RESULTS.md, "Padded
-    // principal columns measured, and smaller visited sets").
+    // points (about half as many distinct ids per entry) ran 8-16% slower
+    // with sets of a multiple of 32 slots and 10-60% slower with half the
+    // slots per entry, at the same blocks per multiprocessor and more L1
+    // (docs/RESULTS.md, "Padded principal columns measured, and smaller
+    // visited sets").
     let entries = ix.copies * r + ix.n_seeds + waves * start_points * row_len;
     // The set holds distinct ids only, fewer than the entries read (ids recur
     // across copies and rows): one slot per entry bounds the load at 1 in the

@@ -215,7 +215,8 @@ struct Round<'a> {
 }
 
 impl Round<'_> {
-    /// Visit entries `0..total` (`load(e)` gives entry `e`'s id or `PAD_ID`),
+    /// Visit entries `0..total`, which come in lists of `per` (entry `e` is
+    /// `load(e / per, e % per)`, an id or `PAD_ID`),
     /// `GATHER` per thread at a time with all loads issued first, and list the
     /// ids not seen before in `fresh`; then, after a barrier, score the fresh
     /// ids and append those whose key beats `threshold`. `seen` counts the
@@ -224,20 +225,35 @@ impl Round<'_> {
     unsafe fn visit_and_score<const TH: u32, const POW2: bool>(
         &self,
         total: u32,
-        load: impl Fn(u32) -> u32,
+        per: u32,
+        load: impl Fn(u32, u32) -> u32,
         seen: &mut u32,
         threshold: u32,
         counts: &mut Counts,
     ) {
         let t = tid();
+        // A thread's entries are TH apart: one division per pass gives the
+        // first one's list and place, and each next one steps by TH's (a
+        // division by the run-time `per` for every gather slot was a chain
+        // of a dozen instructions in front of each load).
+        // (`per` is at least 1 wherever `total` is not 0: the host refuses a
+        // read depth of 0, and rows are never empty; where `total` is 0, no
+        // entry is read, and a division by zero does not trap on the GPU.)
+        let (list_step, place_step) = (TH / per, TH % per);
         let mut base = 0;
         while base < total {
             let mut ids = [PAD_ID; GATHER];
+            let first = base + t;
+            let (mut list, mut place) = (first / per, first % per);
             for (g, id) in ids.iter_mut().enumerate() {
-                let e = base + t + g as u32 * TH;
+                let e = first + g as u32 * TH;
                 if e < total {
-                    *id = load(e);
+                    *id = load(list, place);
                 }
+                place += place_step;
+                let carry = place >= per;
+                list += list_step + carry as u32;
+                place -= if carry { per } else { 0 };
             }
             // Every thread claims the home slots of its GATHER ids at once, so
             // the compare-and-swaps' latencies overlap; an id whose slot holds
@@ -332,25 +348,31 @@ unsafe fn reset_counter(c: *mut u32) {
     sync();
 }
 
-/// Sort the appended candidates and keep the best `keep`; returns how many.
-/// The first round's entries (`first_round`), many more than `keep` (1,500
-/// or so against 192 at C = 128, S = 64, W = 3), are selected
-/// ([`select_smallest`]) rather than all sorted. A wave sorts the kept list
-/// with its new entries: selecting the new ones and folding them into the
-/// list took more barriers there, and measured slower on GloVe-50 and the
-/// text set (H200, batch 10,000 and 100).
+/// Select the best `keep` of the appended candidates, sorted at the front
+/// ([`select_smallest`]); returns how many. The first round appends many
+/// more than `keep` (1,500 or so against 192 at C = 128, S = 64, W = 3); a
+/// wave appends its new entries to the kept list, and the last wave (without
+/// per-wave rerank) keeps only the rerank's `R`.
+///
+/// Waves once sorted the whole buffer ([`sort_block`]). Selecting in every
+/// round, with the rerank's `R` after the last wave, measured (H200, batch
+/// 10,000, same index and lease, each binary twice, interleaved, together
+/// with the divisions taken out of the gather in `visit_and_score`;
+/// `docs/bench/select-waves-ab/`): GloVe-50 +4.9% median, +6.7% / +7.2% at
+/// its best points for 0.99 / 0.995 (S32 W3, S48 W3); synth-1m -0.6% median,
+/// -1.6% at its best point for 0.99 (r4 S12 W1); recall identical. One code
+/// path for both also spills less (narrow build 72 bytes a thread against
+/// 80; selecting in the last wave only, with sorts before it, spilled 112).
+/// An earlier try that selected only the new entries and folded them into
+/// the kept list took more barriers and measured slower.
 #[inline(always)]
-unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32, first_round: bool) -> u32 {
+unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
     sync();
     // SAFETY: count is a shared counter; buf holds `n` entries.
     unsafe {
         let n = core::ptr::read_volatile(count);
         sync();
-        if first_round {
-            select_smallest::<TH>(buf, n, selection_run(keep));
-        } else {
-            sort_block::<TH>(buf, n);
-        }
+        select_smallest::<TH>(buf, n, selection_run(keep));
         let nbest = n.min(keep);
         if tid() == 0 {
             core::ptr::write_volatile(count, nbest);
@@ -528,12 +550,12 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         let r = bt.read_depth;
         let l = ix.list_len as u64;
         let ripples = ix.ripples as *const u32;
-        let load_ripple = |e: u32| {
-            let frag = *hits.add((e / r) as usize);
+        let load_ripple = |copy: u32, place: u32| {
+            let frag = *hits.add(copy as usize);
             if frag == u32::MAX {
                 PAD_ID
             } else {
-                *ripples.add((frag as u64 * l + (e % r) as u64) as usize)
+                *ripples.add((frag as u64 * l + place as u64) as usize)
             }
         };
         // The codes are written here and first read after the barrier inside
@@ -559,6 +581,7 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         let mut first_round = 0;
         round.visit_and_score::<TH, POW2>(
             ix.copies * r,
+            r,
             load_ripple,
             &mut first_round,
             u32::MAX,
@@ -572,10 +595,10 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
             reset_counter(fresh_count);
             let seeds = ix.seeds as *const u32;
             let mut unused = 0;
-            let load_seed = |e: u32| *seeds.add(e as usize);
-            round.visit_and_score::<TH, POW2>(ix.n_seeds, load_seed, &mut unused, u32::MAX, &mut counts);
+            let load_seed = |e: u32, _: u32| *seeds.add(e as usize);
+            round.visit_and_score::<TH, POW2>(ix.n_seeds, 1, load_seed, &mut unused, u32::MAX, &mut counts);
         }
-        let mut nbest = sort_and_trim::<TH>(buf, count, bt.keep, true);
+        let mut nbest = sort_and_trim::<TH>(buf, count, bt.keep);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
             return;
         }
@@ -613,14 +636,18 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
                 u32::MAX
             };
             reset_counter(fresh_count);
-            let load_row = |e: u32| {
-                let u = *starts.add((e / lt) as usize);
-                *rows.add((u as u64 * lt as u64 + (e % lt) as u64) as usize)
+            let load_row = |start: u32, place: u32| {
+                let u = *starts.add(start as usize);
+                *rows.add((u as u64 * lt as u64 + place as u64) as usize)
             };
             let mut row_entries = 0;
-            round.visit_and_score::<TH, POW2>(ns * lt, load_row, &mut row_entries, threshold, &mut counts);
+            round.visit_and_score::<TH, POW2>(ns * lt, lt, load_row, &mut row_entries, threshold, &mut counts);
             counts.row_entries += row_entries;
-            nbest = sort_and_trim::<TH>(buf, count, bt.keep, false);
+            // After the last wave (without per-wave rerank) only the
+            // rerank's best `rerank` are read.
+            let last = !wave_rerank && wave + 1 == bt.waves;
+            let keep = if last { bt.rerank.min(bt.keep) } else { bt.keep };
+            nbest = sort_and_trim::<TH>(buf, count, keep);
             wave += 1;
         }
 

@@ -104,8 +104,16 @@ unsafe fn load_chunk(a: *mut u64, n: u32, base: u32, lane: u32) -> (u64, u64) {
     let (i0, i1) = (base + lane, base + lane + 32);
     // SAFETY: indices below n are inside the caller's buffer.
     unsafe {
-        let x0 = if i0 < n { *a.add(i0 as usize) } else { u64::MAX };
-        let x1 = if i1 < n { *a.add(i1 as usize) } else { u64::MAX };
+        let x0 = if i0 < n {
+            *a.add(i0 as usize)
+        } else {
+            u64::MAX
+        };
+        let x1 = if i1 < n {
+            *a.add(i1 as usize)
+        } else {
+            u64::MAX
+        };
         (x0, x1)
     }
 }

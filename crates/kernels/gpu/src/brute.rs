@@ -7,8 +7,8 @@
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 use core::mem::MaybeUninit;
 
-use crate::layout::*;
 use crate::block_sort::{bitonic_sort, sort_prefix};
+use crate::layout::*;
 use crate::prims::*;
 
 /// `x[i][j] -= bias[j]` for an `n x m` row-major matrix.
@@ -21,7 +21,13 @@ pub unsafe extern "ptx-kernel" fn sub_bias(x: *mut f32, n: u32, m: u32, bias: *c
 /// `out[i][j] = x[i][j] - bias[j]` for `n x m` row-major matrices (the
 /// search centres a batch of queries before TF32 products).
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn sub_bias_into(x: *const f32, out: *mut f32, n: u32, m: u32, bias: *const f32) {
+pub unsafe extern "ptx-kernel" fn sub_bias_into(
+    x: *const f32,
+    out: *mut f32,
+    n: u32,
+    m: u32,
+    bias: *const f32,
+) {
     // SAFETY: the caller's sizes.
     unsafe { sub_bias_at(x, out, n, m, bias) }
 }
@@ -108,7 +114,10 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
         let mut filled = 0usize;
         let mut worst = prev_worst;
         let row = dots.add(q as usize * nt as usize);
-        let insert = |v: u64, local: &mut [MaybeUninit<u64>; MAX_TOPK as usize], filled: &mut usize, worst: &mut u64| {
+        let insert = |v: u64,
+                      local: &mut [MaybeUninit<u64>; MAX_TOPK as usize],
+                      filled: &mut usize,
+                      worst: &mut u64| {
             let mut p = if *filled < ku {
                 *filled += 1;
                 *filled - 1

@@ -15,7 +15,7 @@ use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 
 use crate::e8::decode_e8;
 use crate::key::KeyHasher;
-use crate::layout::{RippleLevel, NO_FRAGMENT, PARENT_CANDIDATES};
+use crate::layout::{NO_FRAGMENT, PARENT_CANDIDATES, RippleLevel};
 use crate::prims::*;
 
 #[inline(always)]
@@ -90,7 +90,12 @@ pub unsafe extern "ptx-kernel" fn segment_heads(
 
 /// The fragment (segment) of sorted position `i`, from the scanned head flags.
 #[inline(always)]
-unsafe fn segment_of(perm: *const u32, keys: *const u64, heads_scanned: *const u32, i: usize) -> usize {
+unsafe fn segment_of(
+    perm: *const u32,
+    keys: *const u64,
+    heads_scanned: *const u32,
+    i: usize,
+) -> usize {
     // SAFETY: i < n.
     unsafe { (*heads_scanned.add(i) + is_head(perm, keys, i) as u32 - 1) as usize }
 }
@@ -217,7 +222,11 @@ pub unsafe extern "ptx-kernel" fn ripple_take(
         *frag_size.add(o) = size;
         let row = ripples.add(o * l as usize);
         for j in 0..l {
-            *row.add(j as usize) = if j < size { *perm.add((start + j) as usize) } else { PAD_ID };
+            *row.add(j as usize) = if j < size {
+                *perm.add((start + j) as usize)
+            } else {
+                PAD_ID
+            };
         }
         if size < l {
             let at = add_global_u32(stats.add(1), 1);
@@ -417,7 +426,11 @@ pub unsafe extern "ptx-kernel" fn table_insert(
 /// order every key still sits at or after its home slot with no free slot
 /// between, so lookups find it; the same keys give the same bytes every run.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn table_canonical(slot_keys: *mut u64, slot_ids: *mut u32, mask: u64) {
+pub unsafe extern "ptx-kernel" fn table_canonical(
+    slot_keys: *mut u64,
+    slot_ids: *mut u32,
+    mask: u64,
+) {
     let s = gid();
     if s > mask {
         return;
@@ -426,7 +439,9 @@ pub unsafe extern "ptx-kernel" fn table_canonical(slot_keys: *mut u64, slot_ids:
     // SAFETY: mask + 1 slots; the table has free slots (load <= 0.5).
     unsafe {
         let at = |i: u64| (s + i) & mask;
-        if *slot_keys.add(s as usize) == empty || *slot_keys.add(((s + mask) & mask) as usize) != empty {
+        if *slot_keys.add(s as usize) == empty
+            || *slot_keys.add(((s + mask) & mask) as usize) != empty
+        {
             return;
         }
         let mut len = 0u64;
@@ -436,7 +451,10 @@ pub unsafe extern "ptx-kernel" fn table_canonical(slot_keys: *mut u64, slot_ids:
         let order = |k: u64| ((k.wrapping_sub(s)) & mask, k);
         // Insertion sort of the cluster, ids moving with their keys.
         for i in 1..len {
-            let (k, id) = (*slot_keys.add(at(i) as usize), *slot_ids.add(at(i) as usize));
+            let (k, id) = (
+                *slot_keys.add(at(i) as usize),
+                *slot_ids.add(at(i) as usize),
+            );
             let mut j = i;
             while j > 0 && order(*slot_keys.add(at(j - 1) as usize)) > order(k) {
                 *slot_keys.add(at(j) as usize) = *slot_keys.add(at(j - 1) as usize);

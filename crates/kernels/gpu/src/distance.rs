@@ -7,7 +7,7 @@
 
 use crate::layout::IndexView;
 use crate::prims::*;
-use crate::sketch::{estimate, QueryScale};
+use crate::sketch::{QueryScale, estimate};
 
 /// 16-byte chunks of a sketch row loaded before the first is used (96
 /// bytes); wider rows are read in further groups of this many.
@@ -19,7 +19,12 @@ const SKETCH_CHUNKS: usize = 6;
 /// loads are all issued before the first is used; wider rows continue in
 /// further groups.
 #[inline(always)]
-pub(crate) unsafe fn sketch_distance(ix: &IndexView, codes: *const u32, scale: QueryScale, id: u32) -> f32 {
+pub(crate) unsafe fn sketch_distance(
+    ix: &IndexView,
+    codes: *const u32,
+    scale: QueryScale,
+    id: u32,
+) -> f32 {
     let w = ix.sketch_width as usize;
     // SAFETY: id < n; rows are w bytes, w a multiple of 16, the section
     // 64-aligned; codes hold w i16 values (w / 2 words), 16-aligned; the
@@ -108,7 +113,10 @@ pub(crate) fn exact_group_lanes(ix: &IndexView) -> u32 {
     } else {
         return 32;
     };
-    words.div_ceil(EXACT_LOADS as u32).next_power_of_two().min(32)
+    words
+        .div_ceil(EXACT_LOADS as u32)
+        .next_power_of_two()
+        .min(32)
 }
 
 /// Exact squared L2 distance of vector `id` to the shared-memory query, by
@@ -175,18 +183,15 @@ pub(crate) unsafe fn exact_distance(
                 while first < words {
                     let load = |k: usize| {
                         let c = first + lanes * k;
-                        if c < words {
-                            *v32.add(c)
-                        } else {
-                            0
-                        }
+                        if c < words { *v32.add(c) } else { 0 }
                     };
                     let (w0, w1, w2, w3) = (load(0), load(1), load(2), load(3));
                     let mut add = |k: usize, word: u32| {
                         let c = first + lanes * k;
                         if c < words {
                             for h in 0..2 {
-                                let d = *query.add(2 * c + h) - f16_to_f32((word >> (16 * h)) as u16);
+                                let d =
+                                    *query.add(2 * c + h) - f16_to_f32((word >> (16 * h)) as u16);
                                 acc += d * d;
                             }
                         }

@@ -14,7 +14,12 @@ use crate::prims::*;
 /// Key and centre distance of one copy's projection at one spacing: the same
 /// arithmetic as `CopyMap::decode` + `fragment_key` (`y = z * inv + shift`).
 #[inline(always)]
-pub(crate) unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32, blocks: u32) -> (u64, f32) {
+pub(crate) unsafe fn fragment_key_of(
+    z: *const f32,
+    shift: *const f32,
+    inv: f32,
+    blocks: u32,
+) -> (u64, f32) {
     let mut h = KeyHasher::for_key(8 * blocks as usize);
     let mut total = 0.0f32;
     for b in 0..blocks as usize {
@@ -41,7 +46,12 @@ pub(crate) unsafe fn fragment_key_of(z: *const f32, shift: *const f32, inv: f32,
 /// `shift` holds `8 * blocks` values from a 16-byte aligned address in
 /// read-only global memory.
 #[inline(always)]
-unsafe fn lookup_key(coords: impl Fn(u32) -> [f32; 8], shift: *const f32, inv: f32, blocks: u32) -> u64 {
+unsafe fn lookup_key(
+    coords: impl Fn(u32) -> [f32; 8],
+    shift: *const f32,
+    inv: f32,
+    blocks: u32,
+) -> u64 {
     let mut h = KeyHasher::for_key(8 * blocks as usize);
     for b in 0..blocks {
         let x = coords(b);
@@ -75,7 +85,12 @@ unsafe fn load8_nc(p: *const f32) -> [f32; 8] {
 #[inline(always)]
 unsafe fn load8_shared(p: *const f32) -> [f32; 8] {
     // SAFETY: the caller's contract.
-    let (a, b) = unsafe { (load16_shared(p as *const u32), load16_shared(p.add(4) as *const u32)) };
+    let (a, b) = unsafe {
+        (
+            load16_shared(p as *const u32),
+            load16_shared(p.add(4) as *const u32),
+        )
+    };
     [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::from_bits)
 }
 
@@ -147,7 +162,12 @@ const SPREAD_BLOCKS: u32 = 8;
 /// # Safety
 /// The views are the kernel's; `hits` holds `copies x spacings` values.
 #[inline(always)]
-pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchView, qi: u32, hits: *mut u32) {
+pub(crate) unsafe fn find_fragments<const TH: u32>(
+    ix: &IndexView,
+    bt: &BatchView,
+    qi: u32,
+    hits: *mut u32,
+) {
     let t = tid();
     let cd = 8 * ix.blocks;
     let nsp = ix.spacings;
@@ -210,7 +230,8 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(ix: &IndexView, bt: &BatchVie
                 }
             }
             if b == 0 && i < items {
-                *hits.add(i as usize) = lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);
+                *hits.add(i as usize) =
+                    lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);
             }
             first += TH;
         }
@@ -293,7 +314,8 @@ unsafe fn find_fragments_half_groups<const TH: u32>(
                 done += lanes;
             }
             if b == 0 && i < items {
-                *hits.add(i as usize) = lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);
+                *hits.add(i as usize) =
+                    lookup(ix, i, h.finish_key()).map_or(u32::MAX, |f| f as u32);
             }
             first += TH;
         }
@@ -326,7 +348,11 @@ unsafe fn find_fragments_half_groups<const TH: u32>(
 /// one stream, pass 0 with the grid of `tiles` and `tile_smem` bytes of
 /// shared memory, the later ones with a thread per item.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: BatchView, spacing: u32) {
+pub unsafe extern "ptx-kernel" fn query_fragments(
+    index: IndexView,
+    batch: BatchView,
+    spacing: u32,
+) {
     let (ix, bt) = (index, batch);
     let lay = FragmentLookupLayout::new(bt.nq, ix.copies);
     let words = bt.frag_hits as *mut u32;
@@ -363,11 +389,17 @@ pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: Batch
             if g < n {
                 item = *words.add((lay.lists[((spacing - 1) & 1) as usize] + g) as usize);
                 let (qi, c) = (item / ix.copies, item % ix.copies);
-                let z = (bt.z as *const f32).add(qi as usize * bt.z_stride as usize + (c * cd) as usize);
+                let z = (bt.z as *const f32)
+                    .add(qi as usize * bt.z_stride as usize + (c * cd) as usize);
                 // Rows 16-byte aligned: two 16-byte loads per E8 block
                 // instead of eight of 4 bytes (a warp's items sit rows apart).
                 let key = if z_rows_aligned(&bt) {
-                    lookup_key(|b| load8_nc(z.add(8 * b as usize)), shifts.add((c * cd) as usize), inv, ix.blocks)
+                    lookup_key(
+                        |b| load8_nc(z.add(8 * b as usize)),
+                        shifts.add((c * cd) as usize),
+                        inv,
+                        ix.blocks,
+                    )
                 } else {
                     fragment_key_of(z, shifts.add((c * cd) as usize), inv, ix.blocks).0
                 };
@@ -397,7 +429,14 @@ pub unsafe extern "ptx-kernel" fn query_fragments(index: IndexView, batch: Batch
 /// # Safety
 /// `hits` holds `item + 1` values; `c` is a copy of the index.
 #[inline(always)]
-unsafe fn settle(ix: &IndexView, hits: *mut u32, item: u32, c: u32, spacing: u32, key: u64) -> bool {
+unsafe fn settle(
+    ix: &IndexView,
+    hits: *mut u32,
+    item: u32,
+    c: u32,
+    spacing: u32,
+    key: u64,
+) -> bool {
     // SAFETY: the caller's contract; the table is one of the index's.
     unsafe {
         match lookup(ix, c * ix.spacings + spacing, key) {
@@ -474,11 +513,16 @@ unsafe fn stage_tile(ix: &IndexView, bt: &BatchView) -> (u32, u32, *const f32) {
         // One flat loop over the tile's words (or 16-byte words): a loop per
         // row ran its bounds checks and address arithmetic 32 times a thread
         // and was 39% of the kernel's instructions (Nsight Compute, synth-1m).
-        let (width, per_row) = if z_rows_aligned(bt) { (4, span / 4) } else { (1, span) };
+        let (width, per_row) = if z_rows_aligned(bt) {
+            (4, span / 4)
+        } else {
+            (1, span)
+        };
         let mut i = tid();
         while i < rows * per_row {
             let (r, o) = (i / per_row, width * (i % per_row));
-            let src = (bt.z as *const f32).add((q0 + r) as usize * bt.z_stride as usize + (c0 * cd + o) as usize);
+            let src = (bt.z as *const f32)
+                .add((q0 + r) as usize * bt.z_stride as usize + (c0 * cd + o) as usize);
             let dst = staged.add((r * row + o) as usize);
             if width == 4 {
                 copy_async_16(dst, src);
@@ -491,6 +535,10 @@ unsafe fn stage_tile(ix: &IndexView, bt: &BatchView) -> (u32, u32, *const f32) {
         sync();
         let (w, l) = (tid() / 32, lane());
         let c = if w < tile_copies { c0 + w } else { u32::MAX };
-        (q0 + l, c, staged.add((l * row + w.min(tile_copies - 1) * cd) as usize))
+        (
+            q0 + l,
+            c,
+            staged.add((l * row + w.min(tile_copies - 1) * cd) as usize),
+        )
     }
 }

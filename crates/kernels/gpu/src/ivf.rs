@@ -10,9 +10,9 @@
 
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 
+use crate::block_sort::sort_prefix;
 use crate::e8::decode_e8;
 use crate::layout::{IVF_CENTROID_TILE, IVF_MAX_DIM, IVF_MAX_PROBES};
-use crate::block_sort::sort_prefix;
 use crate::prims::*;
 
 #[inline(always)]

@@ -136,7 +136,10 @@ pub unsafe fn block_exclusive_scan(v: u32, scratch: *mut u32) -> (u32, u32) {
             *scratch.add(warps as usize) = run;
         }
         sync();
-        let out = (*scratch.add((t / 32) as usize) + x - v, *scratch.add(warps as usize));
+        let out = (
+            *scratch.add((t / 32) as usize) + x - v,
+            *scratch.add(warps as usize),
+        );
         sync();
         out
     }
@@ -325,7 +328,6 @@ pub unsafe fn load16_nc(p: *const u8) -> [u32; 4] {
     }
     [a, b, c, d]
 }
-
 
 #[inline(always)]
 pub fn candidate(d: f32, id: u32) -> u64 {

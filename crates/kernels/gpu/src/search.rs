@@ -7,11 +7,11 @@
 
 use core::intrinsics::gpu::gpu_launch_sized_workgroup_mem;
 
+use crate::block_sort::*;
+use crate::distance::{exact_distance, exact_group_lanes, sketch_distance};
 use crate::fragments::{find_fragments, fragment_key_of};
 use crate::layout::*;
-use crate::block_sort::*;
 use crate::prims::*;
-use crate::distance::{exact_distance, exact_group_lanes, sketch_distance};
 use crate::sketch::QueryScale;
 
 /// Home slot of `id` in a visited set of `slots` slots: with `POW2` (the
@@ -438,7 +438,10 @@ pub unsafe extern "ptx-kernel" fn wave_search_spilled(index: IndexView, batch: B
 /// and compiles to shared-memory instructions (a run-time choice made them
 /// generic loads and stores).
 #[inline(always)]
-unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>(index: IndexView, batch: BatchView) {
+unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>(
+    index: IndexView,
+    batch: BatchView,
+) {
     // SAFETY: the host passes valid views; every access below stays inside the
     // sizes they describe.
     unsafe {
@@ -560,7 +563,10 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         };
         // The codes are written here and first read after the barrier inside
         // `visit_and_score` (between its gather and its scoring).
-        let scale = QueryScale::new(f32::from_bits(core::ptr::read_volatile(ctr.add(CTR_QUERY_AMAX))), w);
+        let scale = QueryScale::new(
+            f32::from_bits(core::ptr::read_volatile(ctr.add(CTR_QUERY_AMAX))),
+            w,
+        );
         let mut j = t;
         while j < w {
             *codes.add(j as usize) = scale.code(sketch_a(j), w);
@@ -596,7 +602,14 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
             let seeds = ix.seeds as *const u32;
             let mut unused = 0;
             let load_seed = |e: u32, _: u32| *seeds.add(e as usize);
-            round.visit_and_score::<TH, POW2>(ix.n_seeds, 1, load_seed, &mut unused, u32::MAX, &mut counts);
+            round.visit_and_score::<TH, POW2>(
+                ix.n_seeds,
+                1,
+                load_seed,
+                &mut unused,
+                u32::MAX,
+                &mut counts,
+            );
         }
         let mut nbest = sort_and_trim::<TH>(buf, count, bt.keep);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
@@ -614,8 +627,26 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         while wave < bt.waves {
             let mut ns = 0;
             if wave_rerank {
-                nexact = exact_pass::<TH>(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
-                ns = select_starts::<TH>(exact, nexact, bt.start_points, EXPANDED_BIT, starts, ctr.add(CTR_WARP_SUMS));
+                nexact = exact_pass::<TH>(
+                    &ix,
+                    query,
+                    buf,
+                    nbest,
+                    bt.rerank,
+                    exact,
+                    nexact,
+                    bt.keep,
+                    ctr.add(CTR_EXACT_LIST),
+                    &mut counts.exact,
+                );
+                ns = select_starts::<TH>(
+                    exact,
+                    nexact,
+                    bt.start_points,
+                    EXPANDED_BIT,
+                    starts,
+                    ctr.add(CTR_WARP_SUMS),
+                );
             }
             if ns < bt.start_points {
                 ns += select_starts::<TH>(
@@ -641,12 +672,23 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
                 *rows.add((u as u64 * lt as u64 + place as u64) as usize)
             };
             let mut row_entries = 0;
-            round.visit_and_score::<TH, POW2>(ns * lt, lt, load_row, &mut row_entries, threshold, &mut counts);
+            round.visit_and_score::<TH, POW2>(
+                ns * lt,
+                lt,
+                load_row,
+                &mut row_entries,
+                threshold,
+                &mut counts,
+            );
             counts.row_entries += row_entries;
             // After the last wave (without per-wave rerank) only the
             // rerank's best `rerank` are read.
             let last = !wave_rerank && wave + 1 == bt.waves;
-            let keep = if last { bt.rerank.min(bt.keep) } else { bt.keep };
+            let keep = if last {
+                bt.rerank.min(bt.keep)
+            } else {
+                bt.keep
+            };
             nbest = sort_and_trim::<TH>(buf, count, keep);
             wave += 1;
         }
@@ -658,7 +700,18 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         // Exact rerank of the best R, one lane group per candidate (per-wave mode:
         // of the best R not yet reranked; the answer is the exact list's head).
         let nr = if wave_rerank {
-            nexact = exact_pass::<TH>(&ix, query, buf, nbest, bt.rerank, exact, nexact, bt.keep, ctr.add(CTR_EXACT_LIST), &mut counts.exact);
+            nexact = exact_pass::<TH>(
+                &ix,
+                query,
+                buf,
+                nbest,
+                bt.rerank,
+                exact,
+                nexact,
+                bt.keep,
+                ctr.add(CTR_EXACT_LIST),
+                &mut counts.exact,
+            );
             nexact
         } else {
             let nr = bt.rerank.min(nbest);
@@ -667,7 +720,11 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
             let mut first = 0;
             while first < nr {
                 let j = first + group;
-                let id = if j < nr { (*buf.add(j as usize) as u32) & !EXPANDED_BIT } else { 0 };
+                let id = if j < nr {
+                    (*buf.add(j as usize) as u32) & !EXPANDED_BIT
+                } else {
+                    0
+                };
                 let d = exact_distance(&ix, query, id, j < nr, lane, lanes);
                 if j < nr && lane == 0 {
                     *exact.add(j as usize) = candidate(d, id);

@@ -92,7 +92,11 @@ pub unsafe extern "ptx-kernel" fn scan_apply(data: *mut u32, n: u32, offsets: *c
         for it in 0..ITEMS {
             let j = it * T + tid();
             let i = base + j as u64;
-            *smem.add(j as usize) = if i < n as u64 { *data.add(i as usize) } else { 0 };
+            *smem.add(j as usize) = if i < n as u64 {
+                *data.add(i as usize)
+            } else {
+                0
+            };
         }
         sync();
         let own = smem.add((tid() * ITEMS) as usize);

@@ -178,6 +178,50 @@ unsafe fn chunk_pass<const TH: u32>(a: *mut u64, n: u32, full: bool) {
     }
 }
 
+/// Sort `a[..n]`, `n <= 32`, by the first warp, one entry per lane: 15
+/// stages of one shuffled register against the 21 of [`chunk_pass`]'s two
+/// (the rerank's list of 16 to 32 entries, sorted once a query, and the
+/// selections of rounds that append at most 32). Entries past `n` count as
+/// `u64::MAX` and are not written. With fewer gather slots a pass
+/// (`Round::visit_and_score`) it added about 2-3 points at synth-1m's and
+/// GloVe-50's W1-W2 points (`docs/bench/gather-slots-ab/`, the `gslots`
+/// runs are the slots alone).
+#[inline(always)]
+unsafe fn sort_warp(a: *mut u64, n: u32) {
+    if tid() >= 32 {
+        return;
+    }
+    let lane = lane();
+    // SAFETY: lane < n <= the caller's buffer; full first warp.
+    unsafe {
+        let mut x = if lane < n {
+            *a.add(lane as usize)
+        } else {
+            u64::MAX
+        };
+        let mut size = 2;
+        while size <= 32 {
+            // The merge's first stage pairs mirrored lanes, then strides
+            // halve; the lower lane of each pair keeps the smaller.
+            let (mut mask, mut top) = (size - 1, size / 2);
+            while top > 0 {
+                let partner = shfl_xor_u64(x, mask);
+                x = if lane & top == 0 {
+                    x.min(partner)
+                } else {
+                    x.max(partner)
+                };
+                top /= 2;
+                mask = top;
+            }
+            size *= 2;
+        }
+        if lane < n {
+            *a.add(lane as usize) = x;
+        }
+    }
+}
+
 /// Put the smaller of `a[lo]` and `a[hi]` at `lo` (`lo < hi`); positions
 /// `n` and past count as `u64::MAX`, so nothing happens when `hi >= n`.
 #[inline(always)]
@@ -217,6 +261,14 @@ pub unsafe fn sort_block<const TH: u32>(a: *mut u64, n: u32) {
 #[inline(always)]
 unsafe fn sort_runs<const TH: u32>(a: *mut u64, n: u32, run: u32) {
     if n < 2 {
+        return;
+    }
+    if n <= 32 {
+        // SAFETY: the caller's contract.
+        unsafe {
+            sort_warp(a, n);
+            sync();
+        }
         return;
     }
     let t = tid();

@@ -216,11 +216,28 @@ struct Round<'a> {
 
 impl Round<'_> {
     /// Visit entries `0..total`, which come in lists of `per` (entry `e` is
-    /// `load(e / per, e % per)`, an id or `PAD_ID`),
-    /// `GATHER` per thread at a time with all loads issued first, and list the
+    /// `load(e / per, e % per)`, an id or `PAD_ID`), in passes of up to
+    /// `GATHER` entries per thread with all loads issued first, and list the
     /// ids not seen before in `fresh`; then, after a barrier, score the fresh
     /// ids and append those whose key beats `threshold`. `seen` counts the
     /// entries read. All threads of the block call it, with `fresh_count` zero.
+    ///
+    /// A pass takes the fewest slots per thread (1, 2, 4 or 8, each a build of
+    /// [`Round::gather_pass`]) that holds the entries left: a round of
+    /// synth-1m's 0.99 point (128 ripple heads, or 12 rows of 32, in a
+    /// 128-thread block) used one or three of the eight slots, and the code of
+    /// the other slots ran all the same (Nsight Compute: 351 and 331
+    /// instructions a thread of straight-line gather code, 129 and 120 per
+    /// probe step, for one and three live slots). Measured with the warp
+    /// sort of short lists ([`crate::block_sort`]) against the binary
+    /// before (H200, batch 10,000, same index and lease, each twice,
+    /// interleaved; `docs/bench/gather-slots-ab/`): synth-1m +7.6% median
+    /// (+11-14% at S8 W1 and S16 W2, +2-4% at S12-S16 W1, +4.1% at its best
+    /// point for 0.99), GloVe-50 +2.3% median (+15-16% at S16 W2, +5% at
+    /// S48 W3, -0.2% to -0.8% at S24 W2 and S32 W3); recall identical. The
+    /// slots alone, a later call of the same lease: +4.9% and +1.0%. Probe
+    /// steps run until the slowest of a warp's `32 G` claims settles, so
+    /// fewer slots a pass also take fewer steps.
     #[inline(always)]
     unsafe fn visit_and_score<const TH: u32, const POW2: bool>(
         &self,
@@ -232,87 +249,22 @@ impl Round<'_> {
         counts: &mut Counts,
     ) {
         let t = tid();
-        // A thread's entries are TH apart: one division per pass gives the
-        // first one's list and place, and each next one steps by TH's (a
-        // division by the run-time `per` for every gather slot was a chain
-        // of a dozen instructions in front of each load).
-        // (`per` is at least 1 wherever `total` is not 0: the host refuses a
-        // read depth of 0, and rows are never empty; where `total` is 0, no
-        // entry is read, and a division by zero does not trap on the GPU.)
-        let (list_step, place_step) = (TH / per, TH % per);
         let mut base = 0;
         while base < total {
-            let mut ids = [PAD_ID; GATHER];
-            let first = base + t;
-            let (mut list, mut place) = (first / per, first % per);
-            for (g, id) in ids.iter_mut().enumerate() {
-                let e = first + g as u32 * TH;
-                if e < total {
-                    *id = load(list, place);
-                }
-                place += place_step;
-                let carry = place >= per;
-                list += list_step + carry as u32;
-                place -= if carry { per } else { 0 };
-            }
-            // Every thread claims the home slots of its GATHER ids at once, so
-            // the compare-and-swaps' latencies overlap; an id whose slot holds
-            // another id probes the next slot in the next step. The steps run in
-            // lock step across the warp (the loop's condition is a ballot), so
-            // the warp stays converged: per-thread probe loops, taken by a third
-            // of the ids at the set's load, split warps into groups of two or
-            // three threads that ran the rest of the round apart (Nsight
-            // Compute, GloVe-50 S64 W4: 30% of the kernel's instructions at
-            // three active threads a warp). Padding ids claim nothing: they
-            // all share one home slot, and their atomics on it once serialised
-            // the first round. Index loops, not `for id in ids`: the array's
-            // by-value iterator went to local memory.
-            // SAFETY: shared pointers of the layout (or the query's scratch
-            // when spilled); fresh holds every id a round can see (fresh_len);
-            // slots stay below the set's length.
+            // Block-uniform: every thread takes the same build.
+            let left = total - base;
+            // SAFETY: the caller's contract, passed on.
             unsafe {
-                let mut slot = [0u32; GATHER];
-                let mut pending = 0u32;
-                for g in 0..GATHER {
-                    if ids[g] != PAD_ID {
-                        *seen += 1;
-                        slot[g] = home_slot::<POW2>(ids[g], self.slots);
-                        pending |= 1 << g;
-                    }
-                }
-                let mut fresh_ids = 0u32;
-                // A full set (the sizes make it unreachable) ends the probing
-                // after every slot was tried: what is left counts as seen.
-                let mut step = 0;
-                while ballot(pending != 0) != 0 && step < self.slots {
-                    let mut prev = [EMPTY_SLOT; GATHER];
-                    for g in 0..GATHER {
-                        if pending & (1 << g) != 0 {
-                            prev[g] = claim(self.hash.add(slot[g] as usize), ids[g], self.global);
-                        }
-                    }
-                    for g in 0..GATHER {
-                        let inserted = prev[g] == EMPTY_SLOT;
-                        let settled = inserted || prev[g] == ids[g];
-                        let bit = pending & (1 << g);
-                        fresh_ids |= if inserted { bit } else { 0 };
-                        pending &= if settled { !bit } else { !0 };
-                        slot[g] = advance_slot::<POW2>(slot[g], (!settled) as u32, self.slots);
-                    }
-                    step += 1;
-                }
-                // One append per thread for all its new ids.
-                if fresh_ids != 0 {
-                    let mut p = add_shared(self.fresh_count, fresh_ids.count_ones());
-                    for g in 0..GATHER {
-                        if fresh_ids & (1 << g) != 0 {
-                            *self.fresh.add(p as usize) = ids[g];
-                            p += 1;
-                        }
-                    }
-                }
+                base += if left > 4 * TH {
+                    self.gather_pass::<TH, POW2, GATHER>(base, total, per, &load, seen)
+                } else if left > 2 * TH {
+                    self.gather_pass::<TH, POW2, 4>(base, total, per, &load, seen)
+                } else if left > TH {
+                    self.gather_pass::<TH, POW2, 2>(base, total, per, &load, seen)
+                } else {
+                    self.gather_pass::<TH, POW2, 1>(base, total, per, &load, seen)
+                };
             }
-            base += GATHER as u32 * TH;
         }
         sync();
         // Scoring two rows per thread with their loads interleaved measured
@@ -334,6 +286,100 @@ impl Round<'_> {
                 i += TH;
             }
         }
+    }
+
+    /// One pass of [`Round::visit_and_score`] over entries `base ..
+    /// base + G TH` (those below `total`), `G` per thread, `TH` apart;
+    /// returns `G TH`.
+    #[inline(always)]
+    unsafe fn gather_pass<const TH: u32, const POW2: bool, const G: usize>(
+        &self,
+        base: u32,
+        total: u32,
+        per: u32,
+        load: &impl Fn(u32, u32) -> u32,
+        seen: &mut u32,
+    ) -> u32 {
+        let t = tid();
+        // A thread's entries are TH apart: one division gives the first
+        // one's list and place, and each next one steps by TH's (a division
+        // by the run-time `per` for every gather slot was a chain of a dozen
+        // instructions in front of each load).
+        // (`per` is at least 1 wherever `total` is not 0: the host refuses a
+        // read depth of 0, and rows are never empty; where `total` is 0, no
+        // pass runs.)
+        let (list_step, place_step) = (TH / per, TH % per);
+        let mut ids = [PAD_ID; G];
+        let first = base + t;
+        let (mut list, mut place) = (first / per, first % per);
+        for (g, id) in ids.iter_mut().enumerate() {
+            let e = first + g as u32 * TH;
+            if e < total {
+                *id = load(list, place);
+            }
+            place += place_step;
+            let carry = place >= per;
+            list += list_step + carry as u32;
+            place -= if carry { per } else { 0 };
+        }
+        // Every thread claims the home slots of its GATHER ids at once, so
+        // the compare-and-swaps' latencies overlap; an id whose slot holds
+        // another id probes the next slot in the next step. The steps run in
+        // lock step across the warp (the loop's condition is a ballot), so
+        // the warp stays converged: per-thread probe loops, taken by a third
+        // of the ids at the set's load, split warps into groups of two or
+        // three threads that ran the rest of the round apart (Nsight
+        // Compute, GloVe-50 S64 W4: 30% of the kernel's instructions at
+        // three active threads a warp). Padding ids claim nothing: they
+        // all share one home slot, and their atomics on it once serialised
+        // the first round. Index loops, not `for id in ids`: the array's
+        // by-value iterator went to local memory.
+        // SAFETY: shared pointers of the layout (or the query's scratch
+        // when spilled); fresh holds every id a round can see (fresh_len);
+        // slots stay below the set's length.
+        unsafe {
+            let mut slot = [0u32; G];
+            let mut pending = 0u32;
+            for g in 0..G {
+                if ids[g] != PAD_ID {
+                    *seen += 1;
+                    slot[g] = home_slot::<POW2>(ids[g], self.slots);
+                    pending |= 1 << g;
+                }
+            }
+            let mut fresh_ids = 0u32;
+            // A full set (the sizes make it unreachable) ends the probing
+            // after every slot was tried: what is left counts as seen.
+            let mut step = 0;
+            while ballot(pending != 0) != 0 && step < self.slots {
+                let mut prev = [EMPTY_SLOT; G];
+                for g in 0..G {
+                    if pending & (1 << g) != 0 {
+                        prev[g] = claim(self.hash.add(slot[g] as usize), ids[g], self.global);
+                    }
+                }
+                for g in 0..G {
+                    let inserted = prev[g] == EMPTY_SLOT;
+                    let settled = inserted || prev[g] == ids[g];
+                    let bit = pending & (1 << g);
+                    fresh_ids |= if inserted { bit } else { 0 };
+                    pending &= if settled { !bit } else { !0 };
+                    slot[g] = advance_slot::<POW2>(slot[g], (!settled) as u32, self.slots);
+                }
+                step += 1;
+            }
+            // One append per thread for all its new ids.
+            if fresh_ids != 0 {
+                let mut p = add_shared(self.fresh_count, fresh_ids.count_ones());
+                for g in 0..G {
+                    if fresh_ids & (1 << g) != 0 {
+                        *self.fresh.add(p as usize) = ids[g];
+                        p += 1;
+                    }
+                }
+            }
+        }
+        G as u32 * TH
     }
 }
 

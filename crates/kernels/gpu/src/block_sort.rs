@@ -194,30 +194,101 @@ unsafe fn sort_warp(a: *mut u64, n: u32) {
     let lane = lane();
     // SAFETY: lane < n <= the caller's buffer; full first warp.
     unsafe {
-        let mut x = if lane < n {
+        let x = if lane < n {
             *a.add(lane as usize)
         } else {
             u64::MAX
         };
-        let mut size = 2;
-        while size <= 32 {
-            // The merge's first stage pairs mirrored lanes, then strides
-            // halve; the lower lane of each pair keeps the smaller.
-            let (mut mask, mut top) = (size - 1, size / 2);
-            while top > 0 {
-                let partner = shfl_xor_u64(x, mask);
-                x = if lane & top == 0 {
-                    x.min(partner)
-                } else {
-                    x.max(partner)
-                };
-                top /= 2;
-                mask = top;
-            }
-            size *= 2;
-        }
+        let x = sort_lanes(x, lane);
         if lane < n {
             *a.add(lane as usize) = x;
+        }
+    }
+}
+
+/// The warp's 32 registers `x` (one a lane) sorted ascending across the
+/// lanes: the bitonic network whose merges start by pairing mirrored lanes.
+/// Called by all lanes of the warp.
+#[inline(always)]
+unsafe fn sort_lanes(mut x: u64, lane: u32) -> u64 {
+    let mut size = 2;
+    while size <= 32 {
+        // SAFETY: full warps (the caller's contract).
+        x = unsafe { lane_stage(x, size - 1, size / 2, lane) };
+        let mut stride = size / 4;
+        while stride > 0 {
+            // SAFETY: as above.
+            x = unsafe { lane_stage(x, stride, stride, lane) };
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    x
+}
+
+/// One compare-exchange stage across the lanes: lane `l` meets `l ^ m`, and
+/// the lane without `top` keeps the smaller. Called by all lanes of the warp.
+#[inline(always)]
+unsafe fn lane_stage(x: u64, m: u32, top: u32, lane: u32) -> u64 {
+    // SAFETY: full warps (the caller's contract).
+    let partner = unsafe { shfl_xor_u64(x, m) };
+    if lane & top == 0 {
+        x.min(partner)
+    } else {
+        x.max(partner)
+    }
+}
+
+/// [`select_smallest`] for `run = 32` ([`selection_run`] of a `keep` of at
+/// most 32): every run of 32 is sorted in one register a lane by one warp,
+/// and each fold (the smaller of an entry and its mirror in the partner run,
+/// then the half-cleaners of strides 16 to 1) stays in that warp's
+/// registers: 15 shuffled stages a run and 5 a fold, against 21 on two
+/// registers a chunk of 64 and folds through shared memory. Measured against
+/// the selection in chunks of 64 (H200, batch 10,000, same index and lease,
+/// each twice, interleaved; `docs/bench/select-lanes-ab/`): synth-1m +12.0%
+/// median (+9.9% to +15.4%; +12.1% at its best point for 0.99, r4 S12 W1
+/// R24), GloVe-50 +2.6% median (+14% at S16 W2, whose `keep` is 32; +2% at
+/// S32-S48 W3, where only the last wave keeps `R` = 16); recall identical.
+#[inline(always)]
+unsafe fn select_smallest_lanes<const TH: u32>(a: *mut u64, n: u32) {
+    let (lane, warp) = (lane(), tid() >> 5);
+    // SAFETY: every index read or written is below n; full warps reach the
+    // shuffles (the loops' bounds are warp-uniform).
+    unsafe {
+        let mut base = warp * 32;
+        while base < n {
+            let i = base + lane;
+            let x = if i < n { *a.add(i as usize) } else { u64::MAX };
+            let x = sort_lanes(x, lane);
+            if i < n {
+                *a.add(i as usize) = x;
+            }
+            base += TH;
+        }
+        sync();
+        let mut gap = 32;
+        while gap < n {
+            let step = 2 * gap;
+            let mut b = warp * step;
+            // Runs whose partner starts at or past n are sorted already.
+            while b + gap < n {
+                // b + lane < b + gap < n: the run is full.
+                let mut x = *a.add((b + lane) as usize);
+                let hi = b + gap + 31 - lane;
+                if hi < n {
+                    x = x.min(*a.add(hi as usize));
+                }
+                let mut stride = 16;
+                while stride > 0 {
+                    x = lane_stage(x, stride, stride, lane);
+                    stride /= 2;
+                }
+                *a.add((b + lane) as usize) = x;
+                b += (TH / 32) * step;
+            }
+            sync();
+            gap *= 2;
         }
     }
 }
@@ -300,15 +371,20 @@ unsafe fn sort_runs<const TH: u32>(a: *mut u64, n: u32, run: u32) {
     }
 }
 
-/// The runs of [`select_smallest`] that keep the best `keep`: `keep` rounded
-/// up to a power of two, at least a chunk.
+/// The runs of [`select_smallest`] that keep the best `keep`: 32 (a warp's
+/// lanes) for a `keep` of at most 32, else `keep` rounded up to a power of
+/// two, at least a chunk.
 #[inline(always)]
 pub fn selection_run(keep: u32) -> u32 {
-    keep.next_power_of_two().max(CHUNK)
+    if keep <= 32 {
+        32
+    } else {
+        keep.next_power_of_two().max(CHUNK)
+    }
 }
 
 /// Leave the `run` smallest entries of `a[..n]` sorted in `a[..min(n, run)]`
-/// (`run` a power of two at least 64; the rest of `a[..n]` is left in no
+/// (`run` 32, or a power of two at least 64; the rest of `a[..n]` is left in no
 /// particular order), without sorting all of them: runs of `run` entries are
 /// sorted, then folded pairwise ([`fold_runs`]) until one holds the smallest.
 /// For 1,500 entries and `run = 256`, a third fewer compare-exchanges than
@@ -317,6 +393,10 @@ pub fn selection_run(keep: u32) -> u32 {
 pub unsafe fn select_smallest<const TH: u32>(a: *mut u64, n: u32, run: u32) {
     // SAFETY: the caller's contract.
     unsafe {
+        if run == 32 {
+            select_smallest_lanes::<TH>(a, n);
+            return;
+        }
         sort_runs::<TH>(a, n, run);
         let mut gap = run;
         while gap < n {

@@ -293,6 +293,52 @@ unsafe fn select_smallest_lanes<const TH: u32>(a: *mut u64, n: u32) {
     }
 }
 
+/// [`select_smallest`] for `run = 64` ([`selection_run`] of a `keep` from
+/// 33 to 64): the runs of 64 sorted in two registers a lane ([`sort_runs`]),
+/// then each fold in the registers of one warp, as in
+/// [`select_smallest_lanes`]: the smaller of each entry and its mirror in
+/// the partner run, then the half-cleaners of strides 32 to 1 (one pass and
+/// one barrier a level, against a compare pass through shared memory, a
+/// barrier, the half-cleaners and a second barrier). Measured against that
+/// (H200, batch 10,000, same index and lease, each twice, interleaved;
+/// `docs/bench/select-pairs-ab/`): Fashion-MNIST +1.9% median, +1.7% to
+/// +3.0% at every point with `R` = 64 (its best points for 0.99 and 0.995),
+/// -0.5% to +0.4% at `R` = 32, where nothing changed; recall identical.
+#[inline(always)]
+unsafe fn select_smallest_pairs<const TH: u32>(a: *mut u64, n: u32) {
+    let (lane, warp) = (lane(), tid() >> 5);
+    // SAFETY: every index read or written is below n; full warps reach the
+    // shuffles (the loops' bounds are warp-uniform).
+    unsafe {
+        sort_runs::<TH>(a, n, CHUNK);
+        let mut gap = CHUNK;
+        while gap < n {
+            let step = 2 * gap;
+            let mut b = warp * step;
+            // Runs whose partner starts at or past n are sorted already.
+            while b + gap < n {
+                // b + 63 < b + gap < n: the run is full.
+                let (lo0, lo1) = (b + lane, b + 32 + lane);
+                let (mut x0, mut x1) = (*a.add(lo0 as usize), *a.add(lo1 as usize));
+                // Entry p meets entry 63 - p of the partner run.
+                let (hi0, hi1) = (b + gap + 63 - lane, b + gap + 31 - lane);
+                if hi0 < n {
+                    x0 = x0.min(*a.add(hi0 as usize));
+                }
+                if hi1 < n {
+                    x1 = x1.min(*a.add(hi1 as usize));
+                }
+                half_clean(&mut x0, &mut x1, lane);
+                *a.add(lo0 as usize) = x0;
+                *a.add(lo1 as usize) = x1;
+                b += (TH / 32) * step;
+            }
+            sync();
+            gap *= 2;
+        }
+    }
+}
+
 /// Put the smaller of `a[lo]` and `a[hi]` at `lo` (`lo < hi`); positions
 /// `n` and past count as `u64::MAX`, so nothing happens when `hi >= n`.
 #[inline(always)]
@@ -395,6 +441,10 @@ pub unsafe fn select_smallest<const TH: u32>(a: *mut u64, n: u32, run: u32) {
     unsafe {
         if run == 32 {
             select_smallest_lanes::<TH>(a, n);
+            return;
+        }
+        if run == CHUNK {
+            select_smallest_pairs::<TH>(a, n);
             return;
         }
         sort_runs::<TH>(a, n, run);

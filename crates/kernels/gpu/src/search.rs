@@ -224,11 +224,13 @@ impl Round<'_> {
     ///
     /// A pass takes the fewest slots per thread (1, 2, 4 or 8, each a build of
     /// [`Round::gather_pass`]) that holds the entries left: a round of
-    /// synth-1m's 0.99 point (128 ripple heads, or 12 rows of 32, in a
-    /// 128-thread block) used one or three of the eight slots, and the code of
+    /// synth-1m's 0.99 point (128 ripple heads, or 12 rows of 64, in a
+    /// 128-thread block) used one or six of the eight slots, and the code of
     /// the other slots ran all the same (Nsight Compute: 351 and 331
     /// instructions a thread of straight-line gather code, 129 and 120 per
-    /// probe step, for one and three live slots). Measured with the warp
+    /// probe step, for one and six live slots). Builds of 3 and 6 slots as
+    /// well measured -0.2% median on synth-1m (+1.9% at its 0.99 point) and
+    /// -0.1% on GloVe-50 (`docs/bench/gather-g3-ab/`): not kept. Measured with the warp
     /// sort of short lists ([`crate::block_sort`]) against the binary
     /// before (H200, batch 10,000, same index and lease, each twice,
     /// interleaved; `docs/bench/gather-slots-ab/`): synth-1m +7.6% median
@@ -269,7 +271,9 @@ impl Round<'_> {
         sync();
         // Scoring two rows per thread with their loads interleaved measured
         // slower on the H200: rounds hold a few hundred fresh ids, so it idled
-        // half the threads.
+        // half the threads. In the wide build, for rounds of at least 4 fresh
+        // ids a thread and rows of 48 bytes, it lost 8.8% on GloVe-50 S48 W3
+        // (`docs/bench/paired-scoring-ab/`).
         // SAFETY: the counter is complete after the barrier; i < n <= fresh_len;
         // pushes stay under buf_len (sizes).
         unsafe {

@@ -16,6 +16,9 @@
 //!   `wave_search_spilled`: those arrays in a global scratch);
 //!   `fragment_keys`, the key and centre distance of every (vector, copy,
 //!   spacing);
+//! - [`visit`]: a round's visits: the visited set's hash, probes and
+//!   claims, and `Round`, which gathers a round's entries, claims them and
+//!   scores the ids first seen;
 //! - [`fragments`]: the first step of a search, the query's fragment in every
 //!   (copy, spacing): E8 decoding spread over lanes, the key hash, the
 //!   key-table lookup; and `query_fragments`, the same for a whole batch
@@ -64,6 +67,7 @@ mod ivf;
 mod prims;
 mod search;
 mod sort;
+mod visit;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -89,12 +89,16 @@ impl Projection {
     ) -> Result<(Self, usize), GpuError> {
         let (dim, mc, width) = (map.dim, map.rotation_dim(), map.width());
         // `OCTEX_GPU_PROJECTION=two` keeps wide vectors on two products at
-        // every batch size (for measurements).
-        let forced_two = std::env::var("OCTEX_GPU_PROJECTION").is_ok_and(|v| v == "two");
-        let fused_max_batch = if forced_two && dim > mc {
-            0
-        } else {
-            fused_max_batch(dim, mc, width)
+        // every batch size, `fused` puts every batch on the fused product
+        // (for measurements: the rule counts multiply-adds, but at batch
+        // 10,000 the products are bound by their launches and their output,
+        // not by the tensor cores; synth-1m's second product took 21 us,
+        // 11.6% of the warps active, `docs/bench/profile/kernel-times-*`).
+        let forced = std::env::var("OCTEX_GPU_PROJECTION");
+        let fused_max_batch = match forced.as_deref() {
+            Ok("two") if dim > mc => 0,
+            Ok("fused") => usize::MAX,
+            _ => fused_max_batch(dim, mc, width),
         };
         // The principal block padded to a multiple of 4 columns. Measured
         // on GloVe-50 (50 principal coordinates; H200, batch 10,000, same

@@ -53,9 +53,13 @@ pub struct BuildFlags {
     /// Forward neighbours at the head of a row (default Lt/2).
     #[arg(long)]
     pub forward_head: Option<usize>,
-    /// Most reverse entries per row (default Lt/4).
+    /// Most reverse entries per row, k_r (default Lt/2).
     #[arg(long)]
     pub reverse_max: Option<usize>,
+    /// A reverse entry of u lists u among its first k_s forward neighbours
+    /// (default Lt/2).
+    #[arg(long)]
+    pub reverse_source: Option<usize>,
     /// Neighbour rows: auto, exact or search.
     #[arg(long, default_value = "auto")]
     pub rows: String,
@@ -108,6 +112,7 @@ impl BuildFlags {
         p.row_len = self.row_len;
         p.forward_head = self.forward_head;
         p.reverse_max = self.reverse_max;
+        p.reverse_source = self.reverse_source;
         p.row_method = match self.rows.as_str() {
             "auto" => RowMethod::Auto,
             "exact" => RowMethod::Exact,

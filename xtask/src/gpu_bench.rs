@@ -70,6 +70,10 @@ fn grid(s: Sweep) -> Vec<SearchParams> {
         (24, 2),
         (32, 2),
         (32, 3),
+        (40, 3),
+        (30, 4),
+        (24, 5),
+        (20, 6),
         (48, 3),
         (48, 4),
         (64, 3),
@@ -84,7 +88,11 @@ fn grid(s: Sweep) -> Vec<SearchParams> {
     // (48, 4), (64, 5), (80, 4) and (96, 3) fill the step from S64 W4 to
     // S96 W4, across which GloVe-50 (C = 128) went from recall 0.9949 at
     // 1.90M QPS to 0.9956 at 1.22M (H200): the best point at 0.995 sat on
-    // the far side of a coarse grid.
+    // the far side of a coarse grid. (40, 3), (30, 4), (24, 5) and (20, 6)
+    // read 7,680 row entries: at r8 (C = 32) the whole query fits the
+    // 8,192-slot visited set and three blocks an SM, where GloVe-50 reaches
+    // 0.995 with rows of Lt / 2 reverse entries (CPU backend: r8 S20 W6
+    // 0.9955, S24 W5 0.9954; `docs/RESULTS.md`, "Reverse entries").
     let mut g = sweep(&sw, &[16, 32, 64], &[8, 12, 16]);
     // The high-recall end (the paper's sizes: S up to 512, W up to 6, R 128
     // to 256 reranked once or in every wave); large S spills the per-query

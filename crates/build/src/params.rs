@@ -37,6 +37,33 @@ pub enum RowMethod {
 /// (GloVe-50: 24 -> 46 s).
 pub const DEFAULT_ROW_LEN: usize = 64;
 
+/// Default reverse entries of a row of `row_len` ids: at most `k_r = Lt / 2`
+/// reverse entries, each a vector that lists the row's owner among its first
+/// `k_s = Lt / 2` forward neighbours. The paper fixes the row's structure
+/// (`k_f` forward, up to `k_r` reverse, the rest forward) but not the three
+/// numbers; `Lt / 4` for both was the first choice. Measured on the CPU
+/// backend (same ids as the GPU) by swapping only the rows of one index
+/// (exact rows, detour order, `k_f = Lt / 2`), recall@10 at R16, with the
+/// sketch distances a query computed (`docs/RESULTS.md`, "Reverse entries"):
+/// - GloVe-50, C = 32: 19-29% fewer misses at every shape
+///   (r16 S40 W3 0.9938 -> 0.9953, S20 W6 0.9946 -> 0.9961) for 2-4% more
+///   sketch distances; 0.995 at 4,880 sketch distances instead of 5,376, and
+///   within the 8,192 visited entries that let the GPU run three blocks an
+///   SM (r8 S20 W6 0.9941 -> 0.9955, r16 S29 W4 0.9939 -> 0.9953);
+/// - Fashion-MNIST and a 200,000-vector Gaussian mixture: at most 0.0016
+///   lower at the points of recall 0.99 and up (synthetic S8 W1 0.9923 ->
+///   0.9907); the smallest one-wave shapes lose more (Fashion S2 W1 0.957
+///   -> 0.948, S4 W1 0.983 -> 0.979);
+/// - GloVe-50 with rows by search (the CPU build's default): the same gain
+///   (r16 S48 W3 0.9939 -> 0.9953).
+///
+/// `k_s = Lt / 2` alone is nearly free (GloVe-50 +0.0004 at every shape) but
+/// gains a fifth as much; more sources than `Lt / 2` lose (`k_s = Lt`: GloVe
+/// -0.001 to -0.002).
+pub fn default_reverse_entries(row_len: usize) -> usize {
+    row_len / 2
+}
+
 /// What to build. `None` fields take defaults that scale with `n` and `D`
 /// (see [`BuildParams::resolve`]); every field is documented with its default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -87,10 +114,11 @@ pub struct BuildParams {
     pub row_len: Option<usize>,
     /// Forward neighbours at the head of a row, `k_f`. Default `Lt / 2`.
     pub forward_head: Option<usize>,
-    /// Most reverse entries per row, `k_r`. Default `Lt / 4`.
+    /// Most reverse entries per row, `k_r`. Default `Lt / 2`
+    /// ([`default_reverse_entries`]).
     pub reverse_max: Option<usize>,
     /// `v` is a reverse entry of `u` when `u` is among `v`'s first `k_s` forward
-    /// neighbours. Default `Lt / 4`.
+    /// neighbours. Default `Lt / 2` ([`default_reverse_entries`]).
     pub reverse_source: Option<usize>,
     /// The order of the forward neighbours a row takes its head and its
     /// reverse entries from. Default [`RowOrder::Detours`], from
@@ -284,8 +312,10 @@ impl BuildParams {
             sketch_width_auto: self.sketch_width.is_none(),
             row_len,
             forward_head: self.forward_head.unwrap_or(row_len / 2).min(row_len),
-            reverse_max: self.reverse_max.unwrap_or(row_len / 4),
-            reverse_source: self.reverse_source.unwrap_or((row_len / 4).max(1)),
+            reverse_max: self.reverse_max.unwrap_or(default_reverse_entries(row_len)),
+            reverse_source: self
+                .reverse_source
+                .unwrap_or(default_reverse_entries(row_len).max(1)),
             row_order: self.row_order,
             row_candidates: self
                 .row_candidates

@@ -6,7 +6,7 @@
 #
 #   export OUT; rm -rf .carry && cp -r .carry-pending .carry && bash .carry/run.sh
 #
-# with carry [".carry-pending"]. On the device (about 4 minutes, synth-1m
+# with carry [".carry-pending"]. On the device (about 7 minutes, synth-1m
 # made there, no data carried): the GPU tests of main's binary, then the quick
 # synth-1m grid, each variant twice, interleaved:
 #   main           main as it is;
@@ -16,6 +16,9 @@
 #                  JOINT_PROBE_STEPS 1 and 2.
 # Keep a variant only if its median over the grid is +0.5% or more, with
 # recall identical; then run its GPU tests and the bench against cuVS.
+# Then synth-1m with the rows of before (--reverse-max 16 --reverse-source
+# 16) against main's default rows, quick grid, twice, interleaved (about 3
+# more minutes).
 # Remove this script once it has run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +59,16 @@ for rep in 1 2; do
   quick $D/bin-j2/xtask synth-1m $D/out/synth-1m.octex ab-j2$rep-synth-1m > /dev/null
 done
 python3 scripts/ab-points.py $OUT 'main:ab-main' 'fused:ab-fused' 'j1:ab-j1' 'j2:ab-j2' | tee $OUT/ab-pending-synth.txt | tail -8
+# The rows of before (Lt/4 reverse entries from the first Lt/4 neighbours)
+# against main's default (Lt/2 from Lt/2) on synth-1m, whose one-wave
+# points lost up to 0.0016 of recall on the CPU (docs/RESULTS.md, "Reverse
+# entries").
+"$D/bin/xtask" build-index --base synth-1m --reverse-max 16 --reverse-source 16 --out $D/out/synth-1m-rev16.octex > $OUT/build-synth-rev16.log 2>&1
+for rep in 1 2; do
+  quick $D/bin/xtask synth-1m $D/out/synth-1m-rev16.octex ab-rev16$rep-synth-1m > /dev/null
+  quick $D/bin/xtask synth-1m $D/out/synth-1m.octex ab-rev32$rep-synth-1m > /dev/null
+done
+python3 scripts/ab-points.py $OUT 'rev16:ab-rev16' 'rev32:ab-rev32' | tee $OUT/ab-rows-synth.txt | tail -8
 EOF
 chmod +x "$out/run.sh"
 ls -la "$out"

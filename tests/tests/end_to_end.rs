@@ -172,6 +172,8 @@ fn exact_rows_hold_the_true_neighbours_and_reverse_entries() {
     let h = index.header();
     let lt = h.row_len as usize;
     let k_f = lt / 2;
+    // A reverse entry lists the owner among its first k_s forward neighbours.
+    let k_s = octex_build::params::default_reverse_entries(lt);
     let n = index.len();
     let (truth, _) = octex_build::knn::exact_knn(
         &base,
@@ -202,7 +204,7 @@ fn exact_rows_hold_the_true_neighbours_and_reverse_entries() {
         // Every entry is a forward neighbour or a reverse entry.
         for &v in row.iter().filter(|&&v| v != PAD_ID) {
             let forward = truth[u * lt..(u + 1) * lt].contains(&v);
-            let reverse = truth[v as usize * lt..v as usize * lt + lt / 4].contains(&(u as u32));
+            let reverse = truth[v as usize * lt..v as usize * lt + k_s].contains(&(u as u32));
             assert!(
                 forward || reverse,
                 "row {u} holds {v}, neither forward nor reverse"

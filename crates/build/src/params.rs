@@ -58,7 +58,7 @@ pub const DEFAULT_ROW_LEN: usize = 64;
 ///   (r16 S48 W3 0.9939 -> 0.9953).
 ///
 /// `k_s = Lt / 2` alone is nearly free (GloVe-50 +0.0004 at every shape) but
-/// gains a fifth as much; more sources than `Lt / 2` lose (`k_s = Lt`: GloVe
+/// gains a quarter as much; more sources than `Lt / 2` lose (`k_s = Lt`: GloVe
 /// -0.001 to -0.002).
 pub fn default_reverse_entries(row_len: usize) -> usize {
     row_len / 2

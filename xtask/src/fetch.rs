@@ -13,7 +13,12 @@ use octex_lattice::GaussianRng;
 
 use crate::data::{ground_truth, write_ids, Manifest, GT_K};
 
-pub const DATASETS: [&str; 3] = ["glove-50", "fashion-mnist", crate::text::NAME];
+pub const DATASETS: [&str; 4] = [
+    "glove-50",
+    "fashion-mnist",
+    crate::text::NAME,
+    crate::text::SAMPLE_NAME,
+];
 
 pub fn fetch(name: &str, root: &Path) -> Result<()> {
     let dir = root.join(name);
@@ -28,8 +33,12 @@ pub fn fetch(name: &str, root: &Path) -> Result<()> {
     let (base, queries, dim, metric, source, version, notes) = match name {
         "glove-50" => glove(root)?,
         "fashion-mnist" => fashion()?,
-        crate::text::NAME => {
-            let t = crate::text::fetch(root)?;
+        crate::text::NAME | crate::text::SAMPLE_NAME => {
+            let t = if name == crate::text::NAME {
+                crate::text::fetch(root)?
+            } else {
+                crate::text::fetch_sample(root)?
+            };
             (
                 t.base,
                 t.queries,

@@ -18,7 +18,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use octex_index::vecfile::VectorFile;
 use sha2::{Digest, Sha256};
-use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::passages;
 use octex_build::Progress;
@@ -30,7 +30,9 @@ pub const NAME: &str = "debian-docs-minilm";
 pub const SAMPLE_NAME: &str = "debian-docs-minilm-100k";
 /// Base passages in [`SAMPLE_NAME`].
 const SAMPLE: usize = 100_000;
-/// The xxh3 seed that picks the sample (the queries are picked with seed 0).
+/// The xxh3 seed that picks the queries (0: `xxh3_64`'s default).
+const QUERY_SEED: u64 = 0;
+/// The xxh3 seed that picks the sample, another than [`QUERY_SEED`].
 const SAMPLE_SEED: u64 = 14;
 /// Debian documentation packages (all architecture-independent).
 const PACKAGES: [&str; 41] = [
@@ -92,14 +94,14 @@ pub struct TextSet {
 pub fn fetch(root: &Path) -> Result<TextSet> {
     let texts = Texts::on_disk(root)?;
     let base_npy = texts.work.join("base.npy");
-    texts.embed_missing(root, &[(&texts.base_txt, &base_npy)])?;
+    texts.embed_missing(root, &texts.base_txt, &base_npy)?;
     texts.set(&texts.base_txt, &base_npy, "")
 }
 
 /// [`SAMPLE_NAME`]: the same queries against [`SAMPLE`] base passages, taken
 /// by the smallest xxh3 hashes (seed [`SAMPLE_SEED`], so independent of the
-/// queries' choice) and kept in document order. Embedding them takes about 18
-/// minutes on 2 CPU cores (93 passages/s) against 100 for the whole set, so a
+/// queries' choice) and kept in document order. Embedding them takes 18-22
+/// minutes on 2 CPU cores (75-93 passages/s) against about 100 for the whole set, so a
 /// machine without a GPU gets a text workload in reasonable time. Easier than
 /// the whole set (fewer base vectors per query neighbourhood): measure methods
 /// on it, quote the whole set for absolute figures.
@@ -126,7 +128,7 @@ pub fn fetch_sample(root: &Path) -> Result<TextSet> {
         drop(out);
         std::fs::rename(&tmp, &sample_txt)?;
     }
-    texts.embed_missing(root, &[(&sample_txt, &sample_npy)])?;
+    texts.embed_missing(root, &sample_txt, &sample_npy)?;
     texts.set(
         &sample_txt,
         &sample_npy,
@@ -189,10 +191,12 @@ impl Texts {
         })
     }
 
-    /// Embeds the queries and each `(text, npy)` pair whose `.npy` is missing.
-    fn embed_missing(&self, root: &Path, base: &[(&PathBuf, &PathBuf)]) -> Result<()> {
-        let mut todo = vec![(&self.query_txt, &self.query_npy)];
-        todo.extend_from_slice(base);
+    /// Embeds the queries and the base passages, each unless its `.npy` exists.
+    fn embed_missing(&self, root: &Path, base_txt: &Path, base_npy: &Path) -> Result<()> {
+        let mut todo = vec![
+            (self.query_txt.as_path(), self.query_npy.as_path()),
+            (base_txt, base_npy),
+        ];
         todo.retain(|(_, npy)| !npy.exists());
         if todo.is_empty() {
             return Ok(());
@@ -308,14 +312,9 @@ fn cut_passages(unpacked: &Path, base_txt: &Path, query_txt: &Path) -> Result<()
     if all.len() < 2 * QUERIES {
         bail!("only {} passages in {} files", all.len(), files.len());
     }
-    let mut by_hash: Vec<(u64, usize)> = all
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (xxh3_64(p.as_bytes()), i))
-        .collect();
-    by_hash.sort_unstable();
+    let lines: Vec<&str> = all.iter().map(String::as_str).collect();
     let mut is_query = vec![false; all.len()];
-    for &(_, i) in &by_hash[..QUERIES] {
+    for i in sample_by_hash(&lines, QUERIES, QUERY_SEED) {
         is_query[i] = true;
     }
     let mut base = std::io::BufWriter::new(std::fs::File::create(base_txt)?);

@@ -284,6 +284,12 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         "  sketch: {} int8 principal coordinates, holding {:.3} of the variance",
         r.sketch_width, r.sketch_variance
     );
+    println!(
+        "  neighbour rows: hold {:.4} of the exact {} nearest of {} sample vectors",
+        r.row_recall,
+        octex_build::check::ROW_CHECK_K,
+        octex_build::check::ROW_CHECK_SAMPLE
+    );
     let how = match r.ripple_probes {
         Some(p) => format!("searched, {p} lists probed per centre"),
         None => "member lists".to_string(),

@@ -100,7 +100,7 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
 
     // Full principal basis: coordinates of every vector, centred.
     let rows = octex_build::pca::sample_rows(n, 100_000, 0x5EED);
-    let pca = octex_build::pca::fit(&base, sdim, &rows, |s| s.len());
+    let pca = octex_build::pca::fit(&base, sdim, &rows, |s| s.global.len());
     let basis: Vec<f32> = pca.basis.iter().map(|&v| v as f32).collect();
     let coords = project(&base, &pca.mean, &basis, sdim, sdim);
     drop(base);

@@ -14,6 +14,7 @@ mod build_cmd;
 mod codes;
 mod data;
 mod demo;
+mod families;
 mod fetch;
 mod gpu_bench;
 mod kernel_report;
@@ -63,16 +64,28 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Make a deterministic synthetic data set (Gaussian mixture) with ground truth.
+    /// Make a deterministic synthetic data set with ground truth: the Gaussian
+    /// mixture synth-1m, or a robustness family (`--family list` names them).
     Synth {
-        #[arg(long, default_value = "synth-1m")]
-        name: String,
+        /// Folder name under the data root (default synth-1m, or fam-FAMILY[-METRIC]).
+        #[arg(long)]
+        name: Option<String>,
+        /// A robustness family (`list` prints them with their dimensions).
+        #[arg(long)]
+        family: Option<String>,
+        /// The metric of the ground truth (and of indexes built on it).
+        #[arg(long, default_value = "l2")]
+        metric: Metric,
+        /// Seed of a family's draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
         #[arg(long, default_value_t = 1_000_000)]
         n: usize,
         #[arg(long, default_value_t = 10_000)]
         queries: usize,
-        #[arg(long, default_value_t = 128)]
-        dim: usize,
+        /// Dimension (default 128, or the family's).
+        #[arg(long)]
+        dim: Option<usize>,
         #[arg(long, default_value_t = 1_000)]
         clusters: usize,
     },
@@ -162,11 +175,26 @@ fn main() -> Result<()> {
         Cmd::BuildIndex(args) => build_cmd::run(args, &root),
         Cmd::Synth {
             name,
+            family,
+            metric,
+            seed,
             n,
             queries,
             dim,
             clusters,
-        } => synth::run(&name, n, queries, dim, clusters, &root),
+        } => synth::run(
+            synth::SynthSpec {
+                name,
+                family,
+                n,
+                queries,
+                dim,
+                clusters,
+                metric,
+                seed,
+            },
+            &root,
+        ),
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
         Cmd::Codes(args) => codes::run(args, &root),

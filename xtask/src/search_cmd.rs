@@ -46,15 +46,19 @@ impl SearchFlags {
             });
         };
         let t = Instant::now();
-        let (p, sample) = index.params_for_recall(target, k)?;
+        let tuned = index.tune_for_recall(target, k)?;
         eprintln!(
-            "--recall {target}: {p:?} (recall@{k} {sample:.4} on the tuning sample, {:.1} s)",
+            "--recall {target}: {:?} (recall@{k} {:.4} on the tuning sample, {:.4} held back; {:.0} bytes read a query; {:.1} s)",
+            tuned.params,
+            tuned.sample_recall,
+            tuned.held_out_recall,
+            tuned.cost,
             t.elapsed().as_secs_f64()
         );
-        if sample < target {
-            eprintln!("  the last rung of the ladder does not reach {target} on the sample");
+        if let Some(advice) = tuned.advice(index) {
+            eprintln!("  warning: {advice}");
         }
-        Ok(p)
+        Ok(tuned.params)
     }
 }
 

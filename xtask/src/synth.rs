@@ -7,13 +7,14 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use octex_index::vecfile::write_fvecs;
 use octex_index::Metric;
 use octex_lattice::GaussianRng;
 use rayon::prelude::*;
 
 use crate::data::{self, Manifest};
+use crate::families;
 
 /// Rows drawn per parallel task (each task has its own random stream).
 const CHUNK: usize = 16_384;
@@ -39,19 +40,65 @@ fn mixture(n: usize, dim: usize, clusters: usize, seed: u64, stream0: u64) -> Ve
     out
 }
 
-pub fn run(
-    name: &str,
-    n: usize,
-    queries: usize,
-    dim: usize,
-    clusters: usize,
-    root: &Path,
-) -> Result<()> {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir)?;
+/// What `cargo xtask synth` makes: the default mixture (synth-1m) or one of
+/// the robustness families, under a metric.
+pub struct SynthSpec {
+    pub name: Option<String>,
+    pub family: Option<String>,
+    pub n: usize,
+    pub queries: usize,
+    pub dim: Option<usize>,
+    pub clusters: usize,
+    pub metric: Metric,
+    pub seed: u64,
+}
+
+pub fn run(spec: SynthSpec, root: &Path) -> Result<()> {
+    if spec.family.as_deref() == Some("list") {
+        for f in families::FAMILIES {
+            println!("{:<11} {:>4}-d  {}", f.name, f.dim, f.about);
+        }
+        return Ok(());
+    }
     let t = Instant::now();
-    let base = mixture(n, dim, clusters, 0x5e7_0001, 0);
-    let qs = mixture(queries, dim, clusters, 0x5e7_0001, 1 << 32);
+    let (name, base, qs, dim, notes) = match &spec.family {
+        None => {
+            let dim = spec.dim.unwrap_or(128);
+            let c = spec.clusters;
+            (
+                spec.name.clone().unwrap_or_else(|| "synth-1m".into()),
+                mixture(spec.n, dim, c, 0x5e7_0001, 0),
+                mixture(spec.queries, dim, c, 0x5e7_0001, 1 << 32),
+                dim,
+                format!("Gaussian mixture of {c} clusters, spectrum decaying as 1/(1+j/12)"),
+            )
+        }
+        Some(f) => {
+            let fam = families::family(f).with_context(|| {
+                let all: Vec<_> = families::FAMILIES.iter().map(|f| f.name).collect();
+                format!("no family {f}; the families: {}", all.join(", "))
+            })?;
+            let dim = spec.dim.unwrap_or(fam.dim);
+            let (b, q) =
+                families::make(fam.name, spec.n, spec.queries, dim, spec.seed).context("family")?;
+            let metric = match spec.metric {
+                Metric::L2 => String::new(),
+                m => format!("-{m}"),
+            };
+            (
+                spec.name
+                    .clone()
+                    .unwrap_or_else(|| format!("fam-{f}{metric}")),
+                b,
+                q,
+                dim,
+                fam.about.to_string(),
+            )
+        }
+    };
+    let (n, queries, metric) = (spec.n, spec.queries, spec.metric);
+    let dir = root.join(&name);
+    std::fs::create_dir_all(&dir)?;
     write_fvecs(&dir.join("base.fvecs"), &base, dim)?;
     write_fvecs(&dir.join("query.fvecs"), &qs, dim)?;
     println!(
@@ -60,22 +107,22 @@ pub fn run(
     );
     let t = Instant::now();
     let k = 10;
-    let gt = data::ground_truth(&base, &qs, dim, k, Metric::L2);
+    let gt = data::ground_truth(&base, &qs, dim, k, metric);
     data::write_ids(&dir.join("gt.ivecs"), &gt, k)?;
     println!(
         "exact top-{k} ground truth in {:.1} s",
         t.elapsed().as_secs_f64()
     );
     let m = Manifest {
-        name: name.to_string(),
+        name: name.clone(),
         source: "cargo xtask synth (deterministic)".into(),
         version: "1".into(),
         base: n,
         queries,
         dim,
-        metric: "l2".into(),
+        metric: metric.to_string(),
         gt_k: k,
-        notes: format!("Gaussian mixture of {clusters} clusters, spectrum decaying as 1/(1+j/12)"),
+        notes,
     };
     std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&m)?)?;
     println!("wrote {}", dir.display());

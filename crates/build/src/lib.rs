@@ -33,6 +33,7 @@
 //! draws nothing itself.
 
 pub mod centre_knn;
+pub mod check;
 #[cfg(feature = "gpu")]
 pub mod gpu_centre_knn;
 #[cfg(feature = "gpu")]
@@ -51,6 +52,7 @@ pub mod params;
 pub mod pca;
 pub mod probes;
 pub mod progress;
+pub mod refine;
 pub mod ripples;
 pub mod rows;
 pub mod search_rows;
@@ -153,6 +155,9 @@ pub struct BuildReport {
     /// coordinates hold.
     pub sketch_width: usize,
     pub sketch_variance: f64,
+    /// Share of the exact nearest neighbours of sample vectors that their
+    /// neighbour rows hold ([`check::row_recall`]).
+    pub row_recall: f64,
     pub sizes: SizeEstimate,
 }
 
@@ -412,6 +417,14 @@ pub fn build_with_progress(
             })?,
         };
         pb.finish();
+        report.row_recall = report.phase("row_check", || {
+            let sample = pca::sample_rows(n, check::ROW_CHECK_SAMPLE, p.seed ^ 0xc4ec);
+            check::row_recall(x, sdim, &parts.rows, shape.row_len, &sample)
+        });
+        tracing::info!(
+            row_recall = report.row_recall,
+            "rows hold this share of sample vectors' exact 10 nearest"
+        );
         Ok((parts, map, choice))
     })?;
     let index = report.phase("finish", || Index::from_parts(parts))?;

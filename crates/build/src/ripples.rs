@@ -411,7 +411,7 @@ mod tests {
             &basis,
             cd,
             cd,
-            1.0,
+            &vec![1.0; cd],
             &CopyMapParams {
                 copies: 1,
                 blocks: 4,

@@ -3,7 +3,8 @@
 //! Pass 1: every base vector searches the index with the first round only
 //! (`W = 0`, whole ripples); its own id is removed. These rows, with reverse
 //! entries, go into the index. Pass 2: every base vector searches again with
-//! [`PASS2_WAVES`] waves over the pass-1 rows. Decision: unlike the paper (sketch
+//! [`PASS2_WAVES`] waves over the pass-1 rows. Then [`JOIN_ROUNDS`] local
+//! joins ([`crate::refine`]) offer each vector its neighbours' lists. Decision: unlike the paper (sketch
 //! ranking only), both passes rerank the `2 Lt` sketch-best entries by exact
 //! distance: on the CPU the vectors are at hand, and exact rows lift recall at
 //! search time for a few percent more build time.
@@ -23,6 +24,11 @@ use crate::BuildError;
 pub const PASS2_WAVES: usize = 2;
 /// Start points per wave in pass 2.
 pub const PASS2_START_POINTS: usize = 16;
+/// Rounds of local joins ([`crate::refine`]) after pass 2, with exact
+/// distances: each raises the rows' recall of exact neighbours where the
+/// sketch-ranked passes missed some (uniform 64-d: 0.786 -> 0.837 of the
+/// exact 10 nearest) for about a tenth of pass 2's time.
+pub const JOIN_ROUNDS: usize = 1;
 /// Base vectors searched per call (progress granularity).
 const CHUNK: usize = 16_384;
 
@@ -119,7 +125,18 @@ pub fn rows_by_search(
         rerank,
         wave_rerank: false,
     };
-    let (ids, dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
+    let (mut ids, mut dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
+    drop(second);
+    for round in 0..JOIN_ROUNDS {
+        let t = std::time::Instant::now();
+        let changed = crate::refine::join_round(x, dim, &mut ids, &mut dists, k, &|_| {});
+        tracing::info!(
+            round,
+            changed,
+            secs = t.elapsed().as_secs_f64(),
+            "row join round"
+        );
+    }
     Ok(assemble(&ids, &dists, k, shape))
 }
 

@@ -35,17 +35,36 @@ pub fn auto_width_bound(dim: usize) -> usize {
 /// Fashion-MNIST (96 hold 91%) gets 96, which was the fastest width at every
 /// recall on the H200; GloVe-50 gets 48.
 pub fn width_for_spectrum(spectrum: &[f64]) -> usize {
+    width_holding(spectrum, AUTO_VARIANCE)
+}
+
+/// The fewest leading coordinates of `spectrum`, in steps of 16, that hold
+/// `share` of its total, within `16..=auto_width_bound(D)`.
+pub fn width_holding(spectrum: &[f64], share: f64) -> usize {
     let bound = auto_width_bound(spectrum.len());
     let total: f64 = spectrum.iter().map(|v| v.max(0.0)).sum();
     let mut w = 16;
     while w < bound {
         let held: f64 = spectrum.iter().take(w).map(|v| v.max(0.0)).sum();
-        if held >= AUTO_VARIANCE * total {
+        if held >= share * total {
             break;
         }
         w += 16;
     }
     w.min(bound)
+}
+
+/// The sketch width for data whose prefixes rank as `prefix_recall` says
+/// (`(w, recall)` ascending in `w`, from [`crate::pca::Pca::prefix_recall`]):
+/// the narrowest whose recall reaches `target`, else the widest measured
+/// (`16` when nothing was measured), rounded up to 16.
+pub fn width_for_ranking(prefix_recall: &[(usize, f64)], target: f64) -> usize {
+    let w = prefix_recall
+        .iter()
+        .find(|(_, r)| *r >= target)
+        .or(prefix_recall.last())
+        .map_or(16, |(w, _)| *w);
+    w.div_ceil(16).max(1) * 16
 }
 
 pub fn fit_scales(coords: &[f32], w: usize) -> Vec<f32> {

@@ -150,7 +150,15 @@ mod tests {
             blocks: 4,
             seed: 3,
         };
-        let map = CopyMap::random(&vec![0.0; cd], &basis, cd, cd, 1.0, &params, vec![1.0]);
+        let map = CopyMap::random(
+            &vec![0.0; cd],
+            &basis,
+            cd,
+            cd,
+            &vec![1.0; cd],
+            &params,
+            vec![1.0],
+        );
         for (spacing, pmin) in [(1.5f32, 1usize), (2.5, 1), (3.5, 2)] {
             let mut m = map.clone();
             m.spacings = vec![spacing];

@@ -33,9 +33,9 @@ pub(crate) fn structure(
     let mut w = p.sketch_width;
     let sample = pca::sample_rows(n, p.pca_sample, p.seed);
     let pca = report.phase("pca", || {
-        pca::fit(x, sdim, &sample, |spectrum| {
+        pca::fit(x, sdim, &sample, |spectra| {
             if p.sketch_width_auto {
-                w = sketch::width_for_spectrum(spectrum);
+                w = sketch::width_for_spectrum(spectra.local);
             }
             m_copy.max(w.min(sdim))
         })
@@ -43,17 +43,19 @@ pub(crate) fn structure(
     let m = pca.m;
     let held = pca.spectrum[..w.min(sdim)].iter().sum::<f64>()
         / pca.spectrum.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let held_local = pca.local[..w.min(sdim)].iter().sum::<f64>()
+        / pca.local.iter().sum::<f64>().max(f64::MIN_POSITIVE);
     tracing::info!(
         sketch_width = w,
         chosen = p.sketch_width_auto,
         variance_held = held,
+        local_held = held_local,
         "sketch width"
     );
     report.sketch_width = w;
     report.sketch_variance = held;
-    let sigma = (pca.variances[..m_copy].iter().sum::<f64>() / m_copy as f64)
-        .sqrt()
-        .max(1e-12);
+    let scales = pca::copy_scales(&pca.variances[..m_copy], &pca.local[..m_copy]);
+    let mean_scale = scales.iter().sum::<f64>() / m_copy as f64;
     let map_params = CopyMapParams {
         copies: p.copies,
         blocks: p.blocks,
@@ -64,7 +66,7 @@ pub(crate) fn structure(
         &pca.basis,
         m,
         m_copy,
-        sigma,
+        &scales,
         &map_params,
         vec![1.0],
     );
@@ -94,7 +96,7 @@ pub(crate) fn structure(
         let z0 = project_copy(&pcs, &map, 0, Some(&probe));
         let var = z0.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / z0.len().max(1) as f64;
         tracing::info!(
-            sigma,
+            mean_scale,
             projected_variance = var,
             "scale of copy 0's projected coordinates (expect ~1)"
         );

@@ -63,7 +63,8 @@ pub struct CopyMap {
     pub basis_dim: usize,
     /// `mu^T P`, length `m`.
     pub basis_bias: Vec<f32>,
-    /// `R`, `m_c x (C * 8b)` row-major, already divided by sigma.
+    /// `R`, `m_c x (C * 8b)` row-major, row `t` already divided by the scale
+    /// of principal direction `t`.
     pub rotation: Vec<f32>,
     /// Shifts in lattice units, `C x 8b`.
     pub shifts: Vec<f32>,
@@ -105,14 +106,15 @@ pub fn random_orthonormal(m: usize, k: usize, rng: &mut GaussianRng) -> Vec<f64>
 impl CopyMap {
     /// Draw the copies. `basis` is `D x m` row-major with orthonormal columns,
     /// `mean` the data mean, `m_c` (`8b <= m_c <= m`) how many leading principal
-    /// directions the copies draw from, `sigma > 0` the scale of a projected
-    /// coordinate.
+    /// directions the copies draw from, `scales` (length `m_c`, each `> 0`) the
+    /// unit of each of those principal coordinates before the rotation (one
+    /// sigma for all, or one a direction; see [`Self::rotation`]).
     pub fn random(
         mean: &[f32],
         basis: &[f64],
         m: usize,
         m_c: usize,
-        sigma: f64,
+        scales: &[f64],
         params: &CopyMapParams,
         spacings: Vec<f32>,
     ) -> Self {
@@ -123,7 +125,8 @@ impl CopyMap {
             cd <= m_c && m_c <= m,
             "a copy needs {cd} <= m_c = {m_c} <= m = {m}"
         );
-        assert!(sigma > 0.0 && sigma.is_finite());
+        assert_eq!(scales.len(), m_c, "one scale per principal direction");
+        assert!(scales.iter().all(|s| *s > 0.0 && s.is_finite()));
         let width = params.copies * cd;
         let mut rotation = vec![0f32; m_c * width];
         let mut shifts = vec![0f32; width];
@@ -132,7 +135,7 @@ impl CopyMap {
             let q = random_orthonormal(m_c, cd, &mut rng);
             for t in 0..m_c {
                 for j in 0..cd {
-                    rotation[t * width + c * cd + j] = (q[t * cd + j] / sigma) as f32;
+                    rotation[t * width + c * cd + j] = (q[t * cd + j] / scales[t]) as f32;
                 }
             }
             for j in 0..cd {
@@ -363,7 +366,7 @@ mod tests {
             blocks: 1,
             seed: 7,
         };
-        let map = CopyMap::random(&mean, &basis, 12, 10, 0.8, &p, vec![1.0, 2.0]);
+        let map = CopyMap::random(&mean, &basis, 12, 10, &[0.8; 10], &p, vec![1.0, 2.0]);
         let mut rng = GaussianRng::new(9, 0);
         let n = 5;
         let xs: Vec<f32> = (0..n * d)
@@ -407,7 +410,7 @@ mod tests {
             &identity_basis(d, 64),
             64,
             64,
-            1.0,
+            &[1.0; 64],
             &CopyMapParams {
                 copies: 5,
                 blocks: 4,
@@ -440,15 +443,31 @@ mod tests {
             blocks: 4,
             seed: 1,
         };
-        let a = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &p, vec![1.0, 2.0]);
-        let b = CopyMap::random(&vec![0.5; d], &basis, 32, 32, 2.0, &p, vec![1.0, 2.0]);
+        let a = CopyMap::random(
+            &vec![0.5; d],
+            &basis,
+            32,
+            32,
+            &[2.0; 32],
+            &p,
+            vec![1.0, 2.0],
+        );
+        let b = CopyMap::random(
+            &vec![0.5; d],
+            &basis,
+            32,
+            32,
+            &[2.0; 32],
+            &p,
+            vec![1.0, 2.0],
+        );
         assert_eq!(a, b);
         let c = CopyMap::random(
             &vec![0.5; d],
             &basis,
             32,
             32,
-            2.0,
+            &[2.0; 32],
             &CopyMapParams { seed: 2, ..p },
             vec![1.0, 2.0],
         );
@@ -465,7 +484,7 @@ mod tests {
             &basis,
             32,
             32,
-            0.5,
+            &[0.5; 32],
             &CopyMapParams {
                 copies: 2,
                 blocks: 4,

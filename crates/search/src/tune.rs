@@ -1,22 +1,25 @@
-//! Parameters chosen for a recall target: [`Index::params_for_recall`] walks a
-//! fixed ladder of search parameters, cheapest first, and returns the first
-//! whose recall@k on a sample of the index's own vectors reaches the target.
+//! Parameters chosen for a recall target: [`Index::tune_for_recall`] searches
+//! the space of `(r, S, W, R)` on a sample of the index's own vectors for the
+//! cheapest point (work per query, [`cost_per_query`]) whose recall@k reaches
+//! the target, and keeps it only when it holds on a second, held-back sample.
+//! When no point reaches the target it says so ([`Tuned::reached`]) and what
+//! to change in the build ([`Tuned::advice`]).
 //!
-//! The sample: [`TUNE_QUERIES`] stored vectors spread over the index, each
-//! moved off itself by a random step as long as its distance to its nearest
-//! other vector (a query is rarely a copy of a base vector, and an indexed
-//! vector is an easy query: its own neighbour row holds its exact
-//! neighbours; searching the vectors themselves measured recall 1.0 where new
-//! queries got 0.975), turned into queries as the metric stores them (cosine:
-//! normalised again; inner product: the extra coordinate 0), against exact
-//! neighbours computed on the fly (brute force over the rerank vectors).
+//! The sample: [`TUNE_QUERIES`] stored vectors spread over the index (and as
+//! many held back), each moved off itself by a random step as long as its
+//! distance to its nearest other vector (a query is rarely a copy of a base
+//! vector, and an indexed vector is an easy query: its own neighbour row
+//! holds its exact neighbours), turned into queries as the metric stores them
+//! (cosine: normalised again; inner product: the extra coordinate 0), against
+//! exact neighbours computed on the fly (brute force over the rerank vectors).
 
-use octex_index::{Metric, RerankView};
+use octex_index::{Metric, RerankView, VectorDtype};
 use rayon::prelude::*;
 
-use crate::{Index, SearchError, SearchParams};
+use crate::{Index, SearchError, SearchParams, SearchStats};
 
-/// Sample vectors used as queries.
+/// Sample vectors used as queries to choose a point, and as many again to
+/// check it.
 pub const TUNE_QUERIES: usize = 256;
 
 /// What the sample's recall must exceed the target by (its standard error at
@@ -24,55 +27,109 @@ pub const TUNE_QUERIES: usize = 256;
 pub const TUNE_MARGIN: f64 = 0.002;
 
 /// The sample may miss at most this fraction of what the target allows: a
-/// rung is taken when the sample's recall is at least
-/// `1 - TUNE_MISS_FRACTION (1 - target)` (and `target + TUNE_MARGIN`). The
-/// sample is easier than queries that come from another distribution than
-/// the base: on the text set (questions against passages) a rung measured
-/// 0.973 on the sample and 0.941 on the held-out queries, 2.2 times the
-/// misses. Half the allowed misses covers that; on GloVe-50 and
-/// Fashion-MNIST, whose sample is as hard as their queries or harder, it
-/// costs at most one rung.
+/// point is taken when the sample's recall is at least
+/// `1 - TUNE_MISS_FRACTION (1 - target)` (and `target + TUNE_MARGIN`), since
+/// queries from another distribution than the base miss more than the
+/// sample (the text set's questions: 2.2 times the misses).
 pub const TUNE_MISS_FRACTION: f64 = 0.5;
 
-/// The sample recall a rung needs for `target`.
+/// The sample recall a point needs for `target`.
 pub fn required_sample_recall(target: f64) -> f64 {
     (1.0 - TUNE_MISS_FRACTION * (1.0 - target))
         .max(target + TUNE_MARGIN)
         .min(1.0)
 }
 
-/// The ladder, cheapest first (`r`, `S`, `W`, `R`). A finer ladder (22
-/// rungs, among them r8 S16 W1 R32) was tried: on queries from another
-/// mixture than the base (the Python test) it chose r8 S16 W1 R32, whose
-/// sample recall was 0.9965 and whose recall on those queries 0.927; single-
-/// wave rungs past the first look safe to the sample and are not for such
-/// queries, so the ladder climbs S, W and R together.
-const LADDER: [(usize, usize, usize, usize); 12] = [
-    (8, 16, 1, 16),
-    (16, 16, 2, 32),
-    (16, 32, 2, 32),
-    (16, 32, 3, 64),
-    (16, 64, 3, 64),
-    (16, 64, 3, 128),
-    (32, 96, 4, 128),
-    (32, 128, 4, 256),
-    (32, 192, 5, 256),
-    (64, 256, 5, 512),
-    (64, 384, 6, 768),
-    (64, 512, 6, 1024),
-];
+/// Start points tried, ascending (a point's `S` is the smallest of these that
+/// reaches the target at its `W`, `R` and `r`).
+const START_POINTS: [usize; 15] = [4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512];
+/// Waves tried.
+const WAVES: [usize; 6] = [1, 2, 3, 4, 5, 6];
+/// Rerank depths tried (raised to `k`).
+const RERANKS: [usize; 6] = [16, 32, 64, 128, 256, 1024];
+
+/// Work of one query in bytes read: every sketch row, every rerank vector
+/// and every ripple entry it touched (`stats` summed over its queries).
+pub fn cost_per_query(index: &Index, stats: &SearchStats) -> f64 {
+    let h = index.raw.header();
+    let vector_bytes = match h.vector_dtype {
+        VectorDtype::F16 => 2,
+        VectorDtype::F32 => 4,
+    };
+    let bytes = stats.sketch_distances * h.sketch_width as u64
+        + stats.exact_distances * (h.dim as u64 * vector_bytes)
+        + stats.first_round_entries * 4;
+    bytes as f64 / stats.queries.max(1) as f64
+}
+
+/// A point chosen for a recall target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuned {
+    pub target: f64,
+    pub params: SearchParams,
+    /// Recall@k on the sample that chose it, and on the held-back sample.
+    pub sample_recall: f64,
+    pub held_out_recall: f64,
+    /// Bytes read per query ([`cost_per_query`]) on the sample.
+    pub cost: f64,
+    /// Both samples reached [`required_sample_recall`]`(target)` and the
+    /// target. When false, `params` are the point of highest recall found.
+    pub reached: bool,
+}
+
+impl Tuned {
+    /// What to change when the target was not reached: more copies, longer
+    /// rows, exact rows (from the index's own sizes).
+    pub fn advice(&self, index: &Index) -> Option<String> {
+        if self.reached {
+            return None;
+        }
+        let h = index.raw.header();
+        Some(format!(
+            "recall {:.4} (held-back sample) is the most this index reached, below the target {}; \
+             rebuild with more copies (--copies {}), longer rows (--row-len {}), exact rows \
+             (--rows exact) or a wider sketch (--sketch-width {})",
+            self.held_out_recall,
+            self.target,
+            h.copies * 2,
+            h.row_len * 2,
+            (h.sketch_width * 2)
+                .min(h.dim.div_ceil(16) * 16)
+                .max(h.sketch_width),
+        ))
+    }
+}
+
+/// The tuning sample of an index: queries and their exact neighbours.
+struct Sample {
+    queries: Vec<f32>,
+    truth: Vec<u32>,
+    k: usize,
+}
+
+impl Sample {
+    fn recall(&self, index: &Index, p: &SearchParams) -> Result<(f64, f64), SearchError> {
+        let res = index.search_stored(&self.queries, self.k, p)?;
+        let nq = res.len();
+        let hits: usize = (0..nq)
+            .map(|qi| {
+                let truth = &self.truth[qi * self.k..(qi + 1) * self.k];
+                res.ids(qi).iter().filter(|id| truth.contains(id)).count()
+            })
+            .sum();
+        Ok((
+            hits as f64 / (nq * self.k).max(1) as f64,
+            cost_per_query(index, &res.stats),
+        ))
+    }
+}
 
 impl Index {
-    /// The cheapest parameters of the ladder whose recall@`k`
-    /// on the sample reaches [`required_sample_recall`]`(target)`; the last rung
-    /// when none does (its measured recall is returned beside it, so the
-    /// caller can tell). Costs one brute-force pass of the sample over the
-    /// index (two brute-force passes of the sample) and a few searches of it.
-    pub fn params_for_recall(
-        &self,
-        target: f64,
-        k: usize,
-    ) -> Result<(SearchParams, f64), SearchError> {
+    /// The cheapest `(r, S, W, R)` whose recall@`k` on a sample of the
+    /// index's own vectors reaches [`required_sample_recall`]`(target)`, kept
+    /// when a held-back sample reaches it too. Costs a brute-force pass of
+    /// both samples over the index and a few dozen searches of the sample.
+    pub fn tune_for_recall(&self, target: f64, k: usize) -> Result<Tuned, SearchError> {
         if !(target > 0.0 && target <= 1.0) {
             return Err(SearchError::Params(format!(
                 "recall target {target} is not in (0, 1]"
@@ -83,10 +140,116 @@ impl Index {
         if k == 0 || k + 1 > n {
             return Err(SearchError::KAboveCount { k: k + 1, n });
         }
+        let (tune, held) = self.tuning_samples(k);
+        let required = required_sample_recall(target);
+        let list_len = self.raw.header().list_len as usize;
+        let mut depths = vec![list_len.max(1)];
+        if list_len >= 8 {
+            depths.push(list_len / 2);
+        }
+        // Per (r, W, R): the smallest S that reaches `required` (recall
+        // and cost grow with S), stepping up START_POINTS two at a time and
+        // then back one; a point that misses and already costs more than the
+        // cheapest passing point so far ends the walk (no larger S can win).
+        let mut passing: Vec<(f64, SearchParams, f64)> = Vec::new();
+        let mut best_seen = (SearchParams::default(), -1.0, f64::INFINITY);
+        let mut cheapest = f64::INFINITY;
+        // The default shape first: it passes on most data, and its cost
+        // then bounds every other walk.
+        let d = SearchParams::default();
+        let combos = std::iter::once((list_len.max(1), d.waves, d.rerank)).chain(
+            depths.iter().flat_map(|&r| {
+                WAVES
+                    .iter()
+                    .flat_map(move |&w| RERANKS.iter().map(move |&rr| (r, w, rr)))
+            }),
+        );
+        for (read_depth, waves, rerank) in combos {
+            let at = |s: usize| SearchParams {
+                read_depth,
+                start_points: START_POINTS[s],
+                waves,
+                rerank: rerank.max(k),
+                wave_rerank: false,
+            };
+            let mut measure = |s: usize| -> Result<(f64, f64), SearchError> {
+                let (r, c) = tune.recall(self, &at(s))?;
+                if r > best_seen.1 {
+                    best_seen = (at(s), r, c);
+                }
+                Ok((r, c))
+            };
+            let mut s = 0;
+            let found = loop {
+                let (r, c) = measure(s)?;
+                if r >= required {
+                    // One step back, when it was skipped.
+                    if s % 2 == 0 && s > 0 {
+                        let (r1, c1) = measure(s - 1)?;
+                        if r1 >= required {
+                            break Some((c1, at(s - 1), r1));
+                        }
+                    }
+                    break Some((c, at(s), r));
+                }
+                if c >= cheapest || s + 1 >= START_POINTS.len() {
+                    break None;
+                }
+                s = (s + 2).min(START_POINTS.len() - 1);
+            };
+            if let Some((c, p, r)) = found {
+                cheapest = cheapest.min(c);
+                passing.push((c, p, r));
+            }
+        }
+        passing.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (cost, params, sample_recall) in passing {
+            let (held_out_recall, _) = held.recall(self, &params)?;
+            if held_out_recall >= required.min(target + TUNE_MARGIN) {
+                return Ok(Tuned {
+                    target,
+                    params,
+                    sample_recall,
+                    held_out_recall,
+                    cost,
+                    reached: true,
+                });
+            }
+        }
+        let (params, sample_recall, cost) = best_seen;
+        let (held_out_recall, _) = held.recall(self, &params)?;
+        Ok(Tuned {
+            target,
+            params,
+            sample_recall,
+            held_out_recall,
+            cost,
+            reached: false,
+        })
+    }
+
+    /// [`Self::tune_for_recall`]'s parameters and sample recall; logs a
+    /// warning with [`Tuned::advice`] when the target was not reached.
+    pub fn params_for_recall(
+        &self,
+        target: f64,
+        k: usize,
+    ) -> Result<(SearchParams, f64), SearchError> {
+        let t = self.tune_for_recall(target, k)?;
+        if let Some(advice) = t.advice(self) {
+            tracing::warn!("{advice}");
+        }
+        Ok((t.params, t.sample_recall))
+    }
+
+    /// The tuning sample and the held-back one ([`TUNE_QUERIES`] each, at
+    /// most half the index each), as stored-space queries with their exact
+    /// `k` nearest.
+    fn tuning_samples(&self, k: usize) -> (Sample, Sample) {
+        let n = self.len();
         let sdim = self.raw.dim();
-        let picks: Vec<usize> = (0..TUNE_QUERIES.min(n))
-            .map(|i| i * n / TUNE_QUERIES.min(n))
-            .collect();
+        let m = (2 * TUNE_QUERIES).min(n);
+        let picks: Vec<usize> = (0..m).map(|i| i * n / m).collect();
         let stored = |id: usize, out: &mut [f32]| match self.raw.vectors() {
             RerankView::F16(v) => out
                 .iter_mut()
@@ -132,30 +295,22 @@ impl Index {
             }
         }
         let (truth, _) = exact_neighbours(self, &queries, None, k, &stored);
-        let required = required_sample_recall(target);
-        let mut best = (SearchParams::default(), 0.0);
-        for (read_depth, start_points, waves, rerank) in LADDER {
-            let p = SearchParams {
-                read_depth,
-                start_points,
-                waves,
-                rerank,
-                wave_rerank: false,
-            };
-            let res = self.search_stored(&queries, k, &p)?;
-            let hits: usize = (0..picks.len())
-                .map(|qi| {
-                    let truth = &truth[qi * k..(qi + 1) * k];
-                    res.ids(qi).iter().filter(|id| truth.contains(id)).count()
-                })
-                .sum();
-            let recall = hits as f64 / (picks.len() * k) as f64;
-            best = (p, recall);
-            if recall >= required {
-                break;
+        // Even picks tune, odd picks check: both spread over the index.
+        let split = |parity: usize| {
+            let rows: Vec<usize> = (0..picks.len()).filter(|i| i % 2 == parity).collect();
+            Sample {
+                queries: rows
+                    .iter()
+                    .flat_map(|&i| queries[i * sdim..(i + 1) * sdim].iter().copied())
+                    .collect(),
+                truth: rows
+                    .iter()
+                    .flat_map(|&i| truth[i * k..(i + 1) * k].iter().copied())
+                    .collect(),
+                k,
             }
-        }
-        Ok(best)
+        };
+        (split(0), split(1))
     }
 }
 

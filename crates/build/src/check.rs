@@ -1,0 +1,93 @@
+//! The build's check of its own index on a sample of its vectors: how many of
+//! each sampled vector's exact nearest neighbours its neighbour row holds.
+
+use rayon::prelude::*;
+
+use crate::knn::{exact_knn, KnnMetric};
+use octex_index::PAD_ID;
+
+/// Vectors sampled by the row check.
+pub const ROW_CHECK_SAMPLE: usize = 500;
+/// Exact neighbours a sampled row is checked for.
+pub const ROW_CHECK_K: usize = 10;
+
+/// Share of the [`ROW_CHECK_K`] exact nearest neighbours of the vectors
+/// `sample` (stored vectors `x`, `n x dim`; squared L2) that their rows
+/// (`n x row_len`) hold, ties counted: a row entry at most as far as the
+/// `ROW_CHECK_K`-th exact neighbour counts as one.
+pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &[usize]) -> f64 {
+    let n = x.len() / dim;
+    let k = ROW_CHECK_K.min(n.saturating_sub(1));
+    if k == 0 || sample.is_empty() {
+        return 1.0;
+    }
+    let q: Vec<f32> = sample
+        .iter()
+        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
+        .collect();
+    // One more than k: the vector itself (or a copy of it) comes first.
+    let (ids, dists) = exact_knn(x, &q, dim, k + 1, KnnMetric::L2, false, &|_| {});
+    let hits: usize = sample
+        .par_iter()
+        .enumerate()
+        .map(|(i, &u)| {
+            let found = &ids[i * (k + 1)..(i + 1) * (k + 1)];
+            let d = &dists[i * (k + 1)..(i + 1) * (k + 1)];
+            // The k-th nearest other vector's distance.
+            let others: Vec<f32> = found
+                .iter()
+                .zip(d)
+                .filter(|(&id, _)| id as usize != u)
+                .map(|(_, &d)| d)
+                .collect();
+            let bound = others[k.min(others.len()) - 1];
+            let xu = &x[u * dim..(u + 1) * dim];
+            let mut row: Vec<u32> = rows[u * row_len..(u + 1) * row_len]
+                .iter()
+                .copied()
+                .filter(|&v| v != PAD_ID && v as usize != u)
+                .collect();
+            row.sort_unstable();
+            row.dedup();
+            let near = row
+                .iter()
+                .filter(|&&v| {
+                    let xv = &x[v as usize * dim..(v as usize + 1) * dim];
+                    let dv: f32 = xu.iter().zip(xv).map(|(a, b)| (a - b) * (a - b)).sum();
+                    dv <= bound * (1.0 + 1e-5) + 1e-12
+                })
+                .count();
+            near.min(k)
+        })
+        .sum();
+    hits as f64 / (sample.len() * k) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use octex_lattice::GaussianRng;
+
+    #[test]
+    fn exact_rows_score_one_and_random_rows_score_low() {
+        let (n, dim, lt) = (2_000, 8, 16);
+        let mut rng = GaussianRng::new(1, 0);
+        let x: Vec<f32> = (0..n * dim).map(|_| rng.normal() as f32).collect();
+        let (exact, _) = exact_knn(&x, &x, dim, lt, KnnMetric::L2, true, &|_| {});
+        let sample: Vec<usize> = (0..n).step_by(7).collect();
+        assert_eq!(row_recall(&x, dim, &exact, lt, &sample), 1.0);
+        let random: Vec<u32> = (0..n * lt)
+            .map(|_| (rng.next_u64() % n as u64) as u32)
+            .collect();
+        assert!(row_recall(&x, dim, &random, lt, &sample) < 0.05);
+        // A row missing its nearest half scores about a half.
+        let mut half = exact.clone();
+        for u in 0..n {
+            for j in 0..5 {
+                half[u * lt + j] = PAD_ID;
+            }
+        }
+        let r = row_recall(&x, dim, &half, lt, &sample);
+        assert!((r - 0.5).abs() < 0.01, "{r}");
+    }
+}

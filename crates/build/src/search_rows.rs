@@ -26,8 +26,8 @@ pub const PASS2_WAVES: usize = 2;
 pub const PASS2_START_POINTS: usize = 16;
 /// Rounds of local joins ([`crate::refine`]) after pass 2, with exact
 /// distances: each raises the rows' recall of exact neighbours where the
-/// sketch-ranked passes missed some (uniform 64-d: 0.786 -> 0.837 of the
-/// exact 10 nearest) for about a tenth of pass 2's time.
+/// sketch-ranked passes missed some, for about a tenth of pass 2's time
+/// (docs/RESULTS.md, "Any data").
 pub const JOIN_ROUNDS: usize = 1;
 /// Base vectors searched per call (progress granularity).
 const CHUNK: usize = 16_384;

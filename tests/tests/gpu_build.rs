@@ -80,7 +80,15 @@ fn map_for(m: usize, mc: usize, copies: usize, spacings: Vec<f32>) -> CopyMap {
         blocks: mc / 8,
         seed: 3,
     };
-    CopyMap::random(&vec![0.0; m], &basis, m, mc, 1.0, &params, spacings)
+    CopyMap::random(
+        &vec![0.0; m],
+        &basis,
+        m,
+        mc,
+        &vec![1.0; mc],
+        &params,
+        spacings,
+    )
 }
 
 /// A ripple spec with pmin 1 (`lists` 0: the default count).

@@ -197,7 +197,9 @@ pub fn make(name: &str, n: usize, q: usize, dim: usize, seed: u64) -> Option<(Ve
             let latent = 6;
             let mut rng = GaussianRng::new(seed, 0);
             let freq: Vec<f64> = (0..dim * latent).map(|_| rng.normal()).collect();
-            let phase: Vec<f64> = (0..dim).map(|_| 6.283 * rng.uniform()).collect();
+            let phase: Vec<f64> = (0..dim)
+                .map(|_| std::f64::consts::TAU * rng.uniform())
+                .collect();
             let f = |rng: &mut GaussianRng, _: usize, row: &mut [f32]| {
                 let t: Vec<f64> = (0..latent).map(|_| rng.uniform() * 2.0).collect();
                 for (j, v) in row.iter_mut().enumerate() {

@@ -116,11 +116,16 @@ class Index:
         """Size of the index in bytes (as saved)."""
         return self._inner.nbytes
 
-    def params_for_recall(self, recall: float, k: int = 10) -> Tuple[SearchParams, float]:
-        """The cheapest search parameters whose recall@k, measured on a sample
-        of the index's own vectors moved off themselves (as new queries are), reaches
-        ``recall``; and that measured recall."""
-        return self._inner.params_for_recall(float(recall), int(k))
+    def params_for_recall(
+        self, recall: float, k: int = 10, queries=None
+    ) -> Tuple[SearchParams, float]:
+        """The cheapest search parameters whose recall@k reaches ``recall`` on
+        a sample of ``queries`` (without them: of the index's own vectors moved
+        off themselves, as new queries are); and that measured recall. Warns
+        with what to rebuild with when no point reaches it."""
+        if queries is not None:
+            queries = _as_matrix(queries, "queries")
+        return self._inner.params_for_recall(float(recall), int(k), queries)
 
     def search(
         self,
@@ -133,8 +138,9 @@ class Index:
     ) -> Tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest of each query: ``(ids, distances)``, ``(nq, k)``.
 
-        ``recall``: tune the parameters for this recall@k once (cached per
-        target and ``k``); ``params``: explicit parameters; neither: the
+        ``recall``: tune the parameters for this recall@k once, on a sample
+        of these queries (cached per target and ``k``; warns when the index
+        cannot reach it); ``params``: explicit parameters; neither: the
         defaults. ``backend``: ``"auto"`` (the GPU when usable), ``"cpu"``
         or ``"gpu"`` (a ``RuntimeError`` where there is none)."""
         q = _as_matrix(queries, "queries")

@@ -153,27 +153,31 @@ impl PyIndex {
         }
     }
 
+    /// The parameters of a search: `params`, the defaults, or (with
+    /// `recall`) those tuned for the target on `queries` at its first use,
+    /// with what to rebuild with when the target was out of reach.
     fn params_for(
         &self,
         recall: Option<f64>,
         params: Option<PySearchParams>,
         k: usize,
-    ) -> Result<SearchParams, SearchError> {
+        queries: &[f32],
+    ) -> Result<(SearchParams, Option<String>), SearchError> {
         match (recall, params) {
             (Some(_), Some(_)) => Err(SearchError::Params(
                 "pass recall or params, not both".into(),
             )),
-            (None, Some(p)) => Ok(p.into()),
-            (None, None) => Ok(SearchParams::default()),
+            (None, Some(p)) => Ok((p.into(), None)),
+            (None, None) => Ok((SearchParams::default(), None)),
             (Some(target), None) => {
                 let key = (target.to_bits(), k);
                 let mut tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some((_, p)) = tuned.iter().find(|(kk, _)| *kk == key) {
-                    return Ok(*p);
+                    return Ok((*p, None));
                 }
-                let (p, _) = self.index.params_for_recall(target, k)?;
-                tuned.push((key, p));
-                Ok(p)
+                let t = self.index.tune_for_recall_on(queries, target, k)?;
+                tuned.push((key, t.params));
+                Ok((t.params, t.advice(&self.index)))
             }
         }
     }
@@ -217,19 +221,38 @@ impl PyIndex {
         self.index.raw().as_bytes().len()
     }
 
-    /// The cheapest parameters whose recall@k on a sample of the index's own
-    /// vectors reaches `recall`, and that sample recall.
-    #[pyo3(signature = (recall, k=10))]
+    /// The cheapest parameters whose recall@k reaches `recall` on a sample
+    /// of `queries` (a float32 `(nq, dim)` array; without it, of the index's
+    /// own vectors), and that sample recall.
+    #[pyo3(signature = (recall, k=10, queries=None))]
     fn params_for_recall(
         &self,
         py: Python<'_>,
         recall: f64,
         k: usize,
+        queries: Option<PyReadonlyArray2<'_, f32>>,
     ) -> PyResult<(PySearchParams, f64)> {
-        let (p, r) = py
-            .detach(|| self.index.params_for_recall(recall, k))
+        let values = match &queries {
+            Some(q) => {
+                if q.shape()[1] != self.index.dim() {
+                    return Err(PyValueError::new_err(format!(
+                        "queries have dimension {}, the index {}",
+                        q.shape()[1],
+                        self.index.dim()
+                    )));
+                }
+                q.as_slice()
+                    .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?
+            }
+            None => &[],
+        };
+        let t = py
+            .detach(|| self.index.tune_for_recall_on(values, recall, k))
             .map_err(search_error)?;
-        Ok((p.into(), r))
+        if let Some(advice) = t.advice(&self.index) {
+            warn(py, &advice)?;
+        }
+        Ok((t.params.into(), t.sample_recall))
     }
 
     /// Search a `float32` C-contiguous `(nq, dim)` array for the `k` nearest
@@ -251,9 +274,14 @@ impl PyIndex {
         let values = queries
             .as_slice()
             .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let (p, advice) = py
+            .detach(|| self.params_for(recall, params, k, values))
+            .map_err(search_error)?;
+        if let Some(advice) = advice {
+            warn(py, &advice)?;
+        }
         let res = py
             .detach(|| -> Result<_, SearchError> {
-                let p = self.params_for(recall, params, k)?;
                 let batch = octex_search::Queries::new(values, dim)?;
                 match backend.resolve()? {
                     Backend::Gpu => {
@@ -391,6 +419,18 @@ fn build(
         })
         .map_err(build_error)?;
     Ok(PyIndex::new(Index::new(built.index)))
+}
+
+/// A Python `UserWarning` with `message`.
+fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
+    let message = std::ffi::CString::new(message.replace('\0', " "))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    PyErr::warn(
+        py,
+        &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+        &message,
+        1,
+    )
 }
 
 /// Whether a GPU can be used: built with the `gpu` feature, a CUDA driver

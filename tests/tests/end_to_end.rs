@@ -529,6 +529,46 @@ fn tune_for_recall_reaches_the_target_on_held_back_queries() {
     assert!(index.params_for_recall(0.9, index.len()).is_err());
 }
 
+/// `tune_for_recall_on` tunes on the caller's queries: drawn from another
+/// mixture than the base, queries like them (not the ones tuned on) reach the
+/// target; too few queries fall back to the index's own sample; `reach`
+/// reports the default and deepest search's recall with advice below 0.99.
+#[test]
+fn tune_for_recall_on_queries_holds_for_queries_unlike_the_base() {
+    let dim = 32;
+    let base = clustered(6_000, dim, 8, 21);
+    // Other centres: the queries sit where the base is sparse.
+    let queries = clustered(1_000, dim, 8, 22);
+    let index =
+        octex_search::Index::new(build(&base, dim, Metric::L2, &test_params()).unwrap().index);
+    let (tune_on, check_on) = queries.split_at(500 * dim);
+    let truth = brute_force(&base, check_on, dim, 10);
+    for target in [0.9, 0.95] {
+        let t = index.tune_for_recall_on(tune_on, target, 10).unwrap();
+        let got = recall(
+            &index.search(check_on, 10, &t.params).unwrap().ids,
+            &truth,
+            10,
+        );
+        eprintln!("target {target}: {t:?}, other queries {got:.4}");
+        assert!(t.reached, "{target} not reached: {:?}", t.advice(&index));
+        assert!(got >= target - 0.02, "recall {got} for target {target}");
+    }
+    let few = &tune_on[..(octex_search::MIN_QUERY_SAMPLE - 1) * dim];
+    assert_eq!(
+        index.tune_for_recall_on(few, 0.9, 10).unwrap(),
+        index.tune_for_recall(0.9, 10).unwrap()
+    );
+    assert!(index.tune_for_recall_on(tune_on, 0.0, 10).is_err());
+    let reach = index.reach(10).unwrap();
+    eprintln!("{reach:?}");
+    assert!(reach.best_recall >= reach.default_recall - 0.01);
+    assert_eq!(
+        reach.advice(&index).is_some(),
+        reach.best_recall < octex_search::REACH_TARGET
+    );
+}
+
 /// A sketch wider than 96 bytes (up to D) ranks better: at a small rerank
 /// depth, where the sketch decides what gets reranked, recall rises with
 /// the width on 128-d data; widths past D (rounded up to 16) are refused.

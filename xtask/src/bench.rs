@@ -55,8 +55,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', requires = "shapes")]
     pub reranks: Vec<usize>,
     /// Recall@10 targets (repeatable): each adds, before the grid, the point
-    /// `Index::params_for_recall` tunes for it, so its real recall and speed
-    /// are measured beside the sweep.
+    /// `Index::tune_for_recall_on` tunes for it on a sample of the queries,
+    /// so its real recall and speed are measured beside the sweep.
     #[arg(long)]
     pub recall: Vec<f64>,
     #[arg(long, default_value_t = Backend::Auto)]
@@ -360,9 +360,18 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     let (gt, gk) = data::read_ids(&ds.gt())?;
     let mut tuned = Vec::new();
     for &target in &args.recall {
-        let (p, sample) = index.params_for_recall(target, 10)?;
-        println!("--recall {target}: {p:?} (recall@10 {sample:.4} on the tuning sample); measured first below");
-        tuned.push(p);
+        let t = index.tune_for_recall_on(&queries, target, 10)?;
+        println!(
+            "--recall {target}: {:?} (recall@10 {:.4} on {} tuning queries, {:.4} held back); measured first below",
+            t.params,
+            t.sample_recall,
+            octex_search::TUNE_QUERIES.min(queries.len() / dim / 2),
+            t.held_out_recall
+        );
+        if let Some(advice) = t.advice(&index) {
+            println!("  warning: {advice}");
+        }
+        tuned.push(t.params);
     }
     if backend == Backend::Gpu {
         return crate::gpu_bench::run(

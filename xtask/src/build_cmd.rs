@@ -251,6 +251,31 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
         args.out.display(),
         built.index.as_bytes().len() as f64 / 1048576.0
     );
+    if n > 10 {
+        print_reach(&octex_search::Index::new(built.index))?;
+    }
+    Ok(())
+}
+
+/// The index's check of what its search reaches ([`octex_search::Index::reach`]),
+/// with a warning and what to rebuild with when it stays below 0.99.
+pub fn print_reach(index: &octex_search::Index) -> Result<()> {
+    let t = Instant::now();
+    let reach = index.reach(10)?;
+    let deepest = octex_search::deepest_params(index.raw().header().list_len as usize);
+    println!(
+        "self-check ({} held-back sample queries, {:.1} s): recall@10 {:.4} at the default search, {:.4} at the deepest (S={} W={} R={})",
+        octex_search::TUNE_QUERIES.min(index.len() / 2),
+        t.elapsed().as_secs_f64(),
+        reach.default_recall,
+        reach.best_recall,
+        deepest.start_points,
+        deepest.waves,
+        deepest.rerank
+    );
+    if let Some(advice) = reach.advice(index) {
+        println!("warning: {advice}");
+    }
     Ok(())
 }
 

@@ -42,9 +42,15 @@ pub fn run(name: &str, root: &Path, backend: Backend, recall: Option<f64>) -> Re
     let index = Index::load(&path)?;
     let p = match recall {
         Some(target) => {
-            let (p, sample) = index.params_for_recall(target, 10)?;
-            println!("--recall {target}: {p:?} (recall@10 {sample:.4} on the tuning sample)");
-            p
+            let t = index.tune_for_recall_on(&queries, target, 10)?;
+            println!(
+                "--recall {target}: {:?} (recall@10 {:.4} on the tuning queries, {:.4} held back)",
+                t.params, t.sample_recall, t.held_out_recall
+            );
+            if let Some(advice) = t.advice(&index) {
+                println!("  warning: {advice}");
+            }
+            t.params
         }
         None => SearchParams::default(),
     };

@@ -28,14 +28,15 @@ pub struct SearchFlags {
     #[arg(long)]
     pub wave_rerank: bool,
     /// A recall@k target: the parameters are tuned for it on a sample of the
-    /// index (`Index::params_for_recall`) instead of taken from r, S, W, R.
+    /// queries (`Index::tune_for_recall_on`) instead of taken from r, S, W, R.
     #[arg(long)]
     pub recall: Option<f64>,
 }
 
 impl SearchFlags {
-    /// The parameters given, or (with `--recall`) tuned for the target.
-    pub fn params_for(&self, index: &Index, k: usize) -> Result<SearchParams> {
+    /// The parameters given, or (with `--recall`) tuned for the target on a
+    /// sample of `queries`.
+    pub fn params_for(&self, index: &Index, k: usize, queries: &[f32]) -> Result<SearchParams> {
         let Some(target) = self.recall else {
             return Ok(SearchParams {
                 read_depth: self.read_depth,
@@ -46,9 +47,9 @@ impl SearchFlags {
             });
         };
         let t = Instant::now();
-        let tuned = index.tune_for_recall(target, k)?;
+        let tuned = index.tune_for_recall_on(queries, target, k)?;
         eprintln!(
-            "--recall {target}: {:?} (recall@{k} {:.4} on the tuning sample, {:.4} held back; {:.0} bytes read a query; {:.1} s)",
+            "--recall {target}: {:?} (recall@{k} {:.4} on the tuning queries, {:.4} on as many held back; {:.0} bytes read a query; {:.1} s)",
             tuned.params,
             tuned.sample_recall,
             tuned.held_out_recall,
@@ -161,7 +162,7 @@ pub fn run(args: SearchArgs) -> Result<()> {
         );
     }
     let nq = queries.len() / dim;
-    let p = args.flags.params_for(&index, args.k)?;
+    let p = args.flags.params_for(&index, args.k, &queries)?;
     // GPU launches take 10,000 queries at most by default; the CPU searches
     // all at once unless told otherwise.
     let batch = match backend {

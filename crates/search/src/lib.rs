@@ -62,7 +62,10 @@ pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
 pub use index::{Index, IndexInner};
 pub use octex_index::Index as RawIndex;
 pub use plan::{SearchPlan, MAX_ENTRIES, MAX_WAVES};
-pub use tune::{required_sample_recall, TUNE_MARGIN, TUNE_MISS_FRACTION, TUNE_QUERIES};
+pub use tune::{
+    cost_per_query, deepest_params, rebuild_advice, required_sample_recall, Reach, Tuned,
+    MIN_QUERY_SAMPLE, REACH_TARGET, TUNE_MARGIN, TUNE_MISS_FRACTION, TUNE_QUERIES,
+};
 
 /// Whether this program can search on a GPU: built with the `gpu` feature,
 /// a CUDA driver loads and reports at least one device. For embedders that

@@ -40,6 +40,9 @@ pub fn required_sample_recall(target: f64) -> f64 {
         .min(1.0)
 }
 
+/// Fewest caller's queries [`Index::tune_for_recall_on`] tunes on.
+pub const MIN_QUERY_SAMPLE: usize = 64;
+
 /// Start points tried, ascending (a point's `S` is the smallest of these that
 /// reaches the target at its `W`, `R` and `r`).
 const START_POINTS: [usize; 15] = [4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512];
@@ -78,26 +81,60 @@ pub struct Tuned {
 }
 
 impl Tuned {
-    /// What to change when the target was not reached: more copies, longer
-    /// rows, exact rows (from the index's own sizes).
+    /// What to change when the target was not reached ([`rebuild_advice`]).
     pub fn advice(&self, index: &Index) -> Option<String> {
-        if self.reached {
-            return None;
-        }
-        let h = index.raw.header();
-        Some(format!(
-            "recall {:.4} (held-back sample) is the most this index reached, below the target {}; \
-             rebuild with more copies (--copies {}), longer rows (--row-len {}), exact rows \
-             (--rows exact) or a wider sketch (--sketch-width {})",
-            self.held_out_recall,
-            self.target,
-            h.copies * 2,
-            h.row_len * 2,
-            (h.sketch_width * 2)
-                .min(h.dim.div_ceil(16) * 16)
-                .max(h.sketch_width),
-        ))
+        (!self.reached).then(|| rebuild_advice(index, self.held_out_recall, self.target))
     }
+}
+
+/// The recall an index can reach: [`Index::reach`] on the held-back sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reach {
+    /// Recall@k of the default parameters.
+    pub default_recall: f64,
+    /// Recall@k of [`deepest_params`], the deepest search the tuner tries.
+    pub best_recall: f64,
+}
+
+/// The deepest point [`Index::tune_for_recall`] walks to: its largest `S`,
+/// `W` and `R`, at `r = l` (`list_len`).
+pub fn deepest_params(list_len: usize) -> SearchParams {
+    SearchParams {
+        read_depth: list_len.max(1),
+        start_points: START_POINTS[START_POINTS.len() - 1],
+        waves: WAVES[WAVES.len() - 1],
+        rerank: RERANKS[RERANKS.len() - 1],
+        wave_rerank: false,
+    }
+}
+
+/// The recall an index must be able to reach for [`Reach::advice`] to stay
+/// silent.
+pub const REACH_TARGET: f64 = 0.99;
+
+impl Reach {
+    /// What to rebuild with when [`deepest_params`] stays below [`REACH_TARGET`].
+    pub fn advice(&self, index: &Index) -> Option<String> {
+        (self.best_recall < REACH_TARGET)
+            .then(|| rebuild_advice(index, self.best_recall, REACH_TARGET))
+    }
+}
+
+/// "Recall `reached` is the most this index reached, below `target`", and
+/// what to rebuild with: more copies, longer rows, exact rows, a wider sketch
+/// (from the index's own sizes).
+pub fn rebuild_advice(index: &Index, reached: f64, target: f64) -> String {
+    let h = index.raw.header();
+    format!(
+        "recall {reached:.4} (held-back sample) is the most this index reached, below {target}; \
+         rebuild with more copies (--copies {}), longer rows (--row-len {}), exact rows \
+         (--rows exact) or a wider sketch (--sketch-width {})",
+        h.copies * 2,
+        h.row_len * 2,
+        (h.sketch_width * 2)
+            .min(h.dim.div_ceil(16) * 16)
+            .max(h.sketch_width),
+    )
 }
 
 /// The tuning sample of an index: queries and their exact neighbours.
@@ -130,18 +167,61 @@ impl Index {
     /// when a held-back sample reaches it too. Costs a brute-force pass of
     /// both samples over the index and a few dozen searches of the sample.
     pub fn tune_for_recall(&self, target: f64, k: usize) -> Result<Tuned, SearchError> {
-        if !(target > 0.0 && target <= 1.0) {
-            return Err(SearchError::Params(format!(
-                "recall target {target} is not in (0, 1]"
-            )));
-        }
+        check_target(target)?;
         let n = self.len();
         // The step off each sample vector needs its nearest other vector.
         if k == 0 || k + 1 > n {
             return Err(SearchError::KAboveCount { k: k + 1, n });
         }
         let (tune, held) = self.tuning_samples(k);
-        let required = required_sample_recall(target);
+        self.walk(&tune, &held, target, required_sample_recall(target), k)
+    }
+
+    /// [`Self::tune_for_recall`] on the caller's own queries (`nq x dim`, as
+    /// [`Index::search`] takes them): up to [`TUNE_QUERIES`] of them spread
+    /// over the batch choose the point and as many others check it, against
+    /// their exact neighbours. They stand for the queries to come, so the
+    /// sample needs only [`TUNE_MARGIN`] over the target. With fewer than
+    /// [`MIN_QUERY_SAMPLE`] queries it tunes on the index's own sample.
+    pub fn tune_for_recall_on(
+        &self,
+        queries: &[f32],
+        target: f64,
+        k: usize,
+    ) -> Result<Tuned, SearchError> {
+        check_target(target)?;
+        let dim = self.dim();
+        let nq = queries.len() / dim.max(1);
+        if nq < MIN_QUERY_SAMPLE {
+            return self.tune_for_recall(target, k);
+        }
+        if k == 0 || k > self.len() {
+            return Err(SearchError::KAboveCount { k, n: self.len() });
+        }
+        let m = (2 * TUNE_QUERIES).min(nq);
+        let picked: Vec<f32> = (0..m)
+            .flat_map(|i| {
+                queries[i * nq / m * dim..(i * nq / m + 1) * dim]
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        let (mut stored, mut norms) = (Vec::new(), Vec::new());
+        self.prepare(&picked, &mut stored, &mut norms, false)?;
+        let (tune, held) = self.split_sample(&stored, k);
+        self.walk(&tune, &held, target, (target + TUNE_MARGIN).min(1.0), k)
+    }
+
+    /// The cheapest point whose recall on `tune` reaches `required`, kept
+    /// when `held` reaches it too (or the target plus [`TUNE_MARGIN`]).
+    fn walk(
+        &self,
+        tune: &Sample,
+        held: &Sample,
+        target: f64,
+        required: f64,
+        k: usize,
+    ) -> Result<Tuned, SearchError> {
         let list_len = self.raw.header().list_len as usize;
         let mut depths = vec![list_len.max(1)];
         if list_len >= 8 {
@@ -228,6 +308,22 @@ impl Index {
         })
     }
 
+    /// Recall@`k` of the default parameters and of the deepest search
+    /// ([`deepest_params`]) on the held-back tuning sample: the build's check of
+    /// what its index can reach.
+    pub fn reach(&self, k: usize) -> Result<Reach, SearchError> {
+        let n = self.len();
+        if k == 0 || k + 1 > n {
+            return Err(SearchError::KAboveCount { k: k + 1, n });
+        }
+        let (_, held) = self.tuning_samples(k);
+        let deepest = deepest_params(self.raw.header().list_len as usize).for_k(k);
+        Ok(Reach {
+            default_recall: held.recall(self, &SearchParams::default().for_k(k))?.0,
+            best_recall: held.recall(self, &deepest)?.0,
+        })
+    }
+
     /// [`Self::tune_for_recall`]'s parameters and sample recall; logs a
     /// warning with [`Tuned::advice`] when the target was not reached.
     pub fn params_for_recall(
@@ -250,13 +346,7 @@ impl Index {
         let sdim = self.raw.dim();
         let m = (2 * TUNE_QUERIES).min(n);
         let picks: Vec<usize> = (0..m).map(|i| i * n / m).collect();
-        let stored = |id: usize, out: &mut [f32]| match self.raw.vectors() {
-            RerankView::F16(v) => out
-                .iter_mut()
-                .zip(&v[id * sdim..(id + 1) * sdim])
-                .for_each(|(o, x)| *o = x.to_f32()),
-            RerankView::F32(v) => out.copy_from_slice(&v[id * sdim..(id + 1) * sdim]),
-        };
+        let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
         let mut own = vec![0f32; picks.len() * sdim];
         for (q, &id) in own.chunks_exact_mut(sdim).zip(&picks) {
             stored(id, q);
@@ -294,10 +384,18 @@ impl Index {
                 Metric::L2 => {}
             }
         }
-        let (truth, _) = exact_neighbours(self, &queries, None, k, &stored);
-        // Even picks tune, odd picks check: both spread over the index.
+        self.split_sample(&queries, k)
+    }
+
+    /// Stored-space `queries` with their exact `k` nearest, split in two
+    /// spread over them: even rows tune, odd rows check.
+    fn split_sample(&self, queries: &[f32], k: usize) -> (Sample, Sample) {
+        let sdim = self.raw.dim();
+        let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
+        let (truth, _) = exact_neighbours(self, queries, None, k, &stored);
+        let nq = queries.len() / sdim;
         let split = |parity: usize| {
-            let rows: Vec<usize> = (0..picks.len()).filter(|i| i % 2 == parity).collect();
+            let rows: Vec<usize> = (0..nq).filter(|i| i % 2 == parity).collect();
             Sample {
                 queries: rows
                     .iter()
@@ -311,6 +409,29 @@ impl Index {
             }
         };
         (split(0), split(1))
+    }
+}
+
+/// Stored vector `id` (`out`: the stored dimension) as f32.
+fn stored_vector(index: &Index, id: usize, out: &mut [f32]) {
+    let sdim = index.raw.dim();
+    match index.raw.vectors() {
+        RerankView::F16(v) => out
+            .iter_mut()
+            .zip(&v[id * sdim..(id + 1) * sdim])
+            .for_each(|(o, x)| *o = x.to_f32()),
+        RerankView::F32(v) => out.copy_from_slice(&v[id * sdim..(id + 1) * sdim]),
+    }
+}
+
+/// A recall target must lie in (0, 1].
+fn check_target(target: f64) -> Result<(), SearchError> {
+    if target > 0.0 && target <= 1.0 {
+        Ok(())
+    } else {
+        Err(SearchError::Params(format!(
+            "recall target {target} is not in (0, 1]"
+        )))
     }
 }
 

@@ -392,7 +392,12 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     // octex sweep.
     let mut points = Vec::new();
     let mut searcher = open(&index, Backend::Cpu, nq)?;
-    for p in tuned.iter().copied().chain(grid(Sweep::of(&args))) {
+    // The defaults, then each tuned point, then the grid.
+    let roles: Vec<String> = std::iter::once("defaults".to_string())
+        .chain(args.recall.iter().map(|t| format!("recall={t}")))
+        .collect();
+    let first = std::iter::once(SearchParams::default()).chain(tuned.iter().copied());
+    for (i, p) in first.chain(grid(Sweep::of(&args))).enumerate() {
         warm_up(&mut searcher, &queries, dim, 10, &p, nq)?;
         let mut times = Vec::new();
         let mut ids = Vec::new();
@@ -422,7 +427,8 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             stats.exact_distances as f64 / q
         );
         points.push(json!({"system": "octex", "params": p, "recall": recall, "qps": nq as f64 / secs, "seconds": secs,
-            "sketch_per_query": stats.sketch_distances as f64 / q, "exact_per_query": stats.exact_distances as f64 / q}));
+            "sketch_per_query": stats.sketch_distances as f64 / q, "exact_per_query": stats.exact_distances as f64 / q,
+            "role": roles.get(i)}));
     }
 
     // Exact brute force (ours: blocked GEMM on all cores).
@@ -508,8 +514,51 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
         summary.push(row);
     }
 
+    // The defaults and each tuned point against the best peer at the recall
+    // it reached.
+    let mut chosen = Vec::new();
+    println!("octex's chosen points against the best peer at the recall each reached:");
+    for p in points.iter().filter(|p| p["role"].is_string()) {
+        let (recall, qps) = (
+            p["recall"].as_f64().unwrap_or(0.0),
+            p["qps"].as_f64().unwrap_or(0.0),
+        );
+        let peer = points
+            .iter()
+            .filter(|v| {
+                v["system"] != "octex"
+                    && !v["system"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("brute force")
+            })
+            .filter(|v| v["recall"].as_f64().unwrap_or(0.0) >= recall)
+            .max_by(|a, b| {
+                a["qps"]
+                    .as_f64()
+                    .unwrap_or(0.0)
+                    .total_cmp(&b["qps"].as_f64().unwrap_or(0.0))
+            });
+        let peer_qps = peer.and_then(|v| v["qps"].as_f64());
+        println!(
+            "  {:<12} recall@10 {recall:.4} {qps:>9.0} QPS; best peer {} ratio {}",
+            p["role"].as_str().unwrap_or(""),
+            peer.map_or("none reaches it".into(), |v| format!(
+                "{} {} {:.0} QPS",
+                v["system"].as_str().unwrap_or(""),
+                v["params"].as_str().unwrap_or(""),
+                v["qps"].as_f64().unwrap_or(0.0)
+            )),
+            peer_qps.map_or("-".into(), |b| format!("{:.2}x", qps / b))
+        );
+        chosen.push(json!({"role": p["role"], "recall": recall, "qps": qps,
+            "best_peer": peer.map(|v| v["system"].clone()), "best_peer_params": peer.map(|v| v["params"].clone()),
+            "best_peer_qps": peer_qps, "ratio": peer_qps.map(|b| qps / b)}));
+    }
+
     let results = json!({
         "dataset": ds.manifest,
+        "chosen": chosen,
         "queries": nq,
         "grid": {"quick": args.quick, "shapes": args.shapes},
         "machine": machine(),

@@ -5,18 +5,19 @@
 //! random `m_c x 8b` matrix `Q_c` with orthonormal columns drawn from the top
 //! `m_c <= m` of them (QR of a Gaussian matrix by modified Gram-Schmidt in `f64`,
 //! ChaCha8 on stream `c`), and its projected coordinates are
-//! `z = Q_c^T pc(x)[..m_c] / sigma`, sigma being the standard deviation of a
-//! projected coordinate (a scalar: random rotations mix the principal directions,
-//! so per-coordinate scales gain nothing). All copies at once are two matrix
-//! products: `pc = x P - mu P` (`D x m`), then `z = pc[.., ..m_c] R` with
-//! `R = [Q_1 .. Q_C] / sigma` (`m_c x 32C`) — `D x m + m_c x 32C` multiply-adds
-//! per vector instead of `D x 32C`. The principal coordinates are also what the
-//! int8 sketch quantises.
+//! `z = Q_c^T (pc(x)[..m_c] / s)`, `s_t` the scale of principal direction `t`
+//! (the builder's rule: `octex_build::pca::copy_scales`, from neighbour
+//! differences, so that directions of wide but locally fine spread do not
+//! swamp the rest). All copies at once are two matrix products:
+//! `pc = x P - mu P` (`D x m`), then `z = pc[.., ..m_c] R` with
+//! `R = diag(1/s) [Q_1 .. Q_C]` (`m_c x 32C`) — `D x m + m_c x 32C`
+//! multiply-adds per vector instead of `D x 32C`. The principal coordinates
+//! are also what the int8 sketch quantises.
 //!
 //! At spacing `f` the lattice coordinates are `y = z * (1/f) + t_c`, with the shift
 //! `t_c` uniform in `[0, 2)^8b` (lattice units; `2Z^8` is a sublattice of E8, so
 //! this is uniform modulo E8). Every block of 8 rounds to its nearest E8 point and
-//! the `b` points name the fragment. Spacings are in units of `sigma` and sorted
+//! the `b` points name the fragment. Spacings are in the scales' units and sorted
 //! ascending (finest first); the builder chooses them from the data.
 
 use serde::{Deserialize, Serialize};

@@ -25,6 +25,7 @@ use octex_index::{Index, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
 
+use crate::decode::DecodeFn;
 use crate::plan::SearchPlan;
 use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
@@ -95,6 +96,8 @@ pub(crate) struct Engine {
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
     pub seeds: Vec<u32>,
+    /// The first round's decoder ([`crate::decode`]).
+    pub decode: DecodeFn,
 }
 
 /// One query's sketch code ([`octex_core::sketch`]).
@@ -221,6 +224,7 @@ impl Engine {
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),
+            decode: crate::decode::best_decode(),
         }
     }
 
@@ -421,8 +425,13 @@ impl Engine {
             }
             for &c in &s.pending {
                 let c = c as usize;
-                self.map
-                    .decode(&z[c * cd..(c + 1) * cd], c, sp, &mut s.coords[..cd]);
+                (self.decode)(
+                    &self.map,
+                    &z[c * cd..(c + 1) * cd],
+                    c,
+                    sp,
+                    &mut s.coords[..cd],
+                );
                 let key = octex_lattice::fragment_key(&s.coords[..cd]);
                 s.qkeys[c] = key;
                 let e = &tables[c * nsp + sp];

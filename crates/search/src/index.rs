@@ -52,7 +52,7 @@ impl Index {
         }))
     }
 
-    /// Use the portable sketch kernel even where SIMD exists (tests,
+    /// Use the portable sketch kernel and decoder even where SIMD exists (tests,
     /// comparisons). Only before the index is shared (cloned, or held by a
     /// GPU searcher).
     pub fn force_portable_kernel(&mut self) -> Result<(), SearchError> {
@@ -60,6 +60,7 @@ impl Index {
             SearchError::Params("the index is shared: choose the kernel before cloning it".into())
         })?;
         inner.engine.kernel = simd::sketch_dot_portable;
+        inner.engine.decode = crate::decode::decode_portable;
         inner.kernel_name = "portable";
         Ok(())
     }

@@ -42,6 +42,7 @@
 
 mod backend;
 mod cpu;
+mod decode;
 mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;

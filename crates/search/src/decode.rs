@@ -106,17 +106,14 @@ mod x86 {
         let sum = lanes.iter().fold(0i32, |a, &v| a.wrapping_add(v));
         if sum & 1 != 0 {
             let err = _mm256_andnot_ps(_mm256_set1_ps(-0.0), _mm256_sub_ps(x, r));
-            let mut e = [0f32; 8];
-            _mm256_storeu_ps(e.as_mut_ptr(), err);
+            // The first lane of the largest error (lane 0 when all are 0).
+            let m = _mm256_max_ps(err, _mm256_permute2f128_ps::<1>(err, err));
+            let m = _mm256_max_ps(m, _mm256_shuffle_ps::<0b01_00_11_10>(m, m));
+            let m = _mm256_max_ps(m, _mm256_shuffle_ps::<0b10_11_00_01>(m, m));
+            let worst = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(err, m)) as u32)
+                .trailing_zeros() as usize;
             let mut xs = [0f32; 8];
             _mm256_storeu_ps(xs.as_mut_ptr(), x);
-            let (mut worst, mut worst_err) = (0usize, 0f32);
-            for (i, &ei) in e.iter().enumerate() {
-                if ei > worst_err {
-                    worst = i;
-                    worst_err = ei;
-                }
-            }
             let step = if xs[worst] >= lanes[worst] as f32 {
                 1
             } else {

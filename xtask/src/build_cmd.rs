@@ -12,8 +12,8 @@ use crate::data;
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct BuildFlags {
-    /// Copies C (default 32, halved down to 8 when the index would not fit
-    /// the memory budget).
+    /// Copies C (default 16 for CPU builds up to 100k vectors, else 32;
+    /// halved down to 8 when the index would not fit the memory budget).
     #[arg(long)]
     pub copies: Option<usize>,
     /// E8 blocks per copy (default 4).

@@ -77,7 +77,10 @@ use no_gpu::Gpu as Device;
 #[cfg(feature = "gpu")]
 use octex_kernels::Gpu as Device;
 pub use octex_search::Backend;
-pub use params::{BuildParams, ResolvedParams, RippleRule, RowMethod, RowOrder, SizeEstimate};
+pub use params::{
+    default_copies, BuildParams, ResolvedParams, RippleRule, RowMethod, RowOrder, SizeEstimate,
+    CPU_FEW_COPIES_LIMIT,
+};
 use progress::Stage;
 pub use progress::{NoProgress, Progress};
 use ripples::FlatRipples;

@@ -305,8 +305,9 @@ impl ProjectedIvf {
             }
         }
         let mut ids = vec![pad; m * l];
-        for (c, top) in tops.iter().enumerate() {
-            ids[c * l..c * l + top.len()].copy_from_slice(top.ids());
+        for (c, top) in tops.iter_mut().enumerate() {
+            let top_ids = top.sorted().0;
+            ids[c * l..c * l + top_ids.len()].copy_from_slice(top_ids);
         }
         ids
     }

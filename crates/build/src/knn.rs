@@ -19,60 +19,78 @@ pub enum KnnMetric {
 pub const QUERY_BLOCK: usize = 256;
 pub const BASE_BLOCK: usize = 4096;
 
-/// The `k` best `(distance, id)` of one query, ascending.
+/// The `k` best `(distance, id)` of one query. Candidates below the current
+/// bound are appended unsorted and cut back to the `k` best (a linear
+/// selection) when `2k` are held, so an offer costs O(1) amortised even when
+/// every candidate enters (base rows sorted by distance to the query).
 #[derive(Clone, Debug)]
 pub struct TopK {
     k: usize,
-    dist: Vec<f32>,
+    held: Vec<(f32, u32)>,
+    /// Candidates at or above it cannot enter: the `k`-th best once `k` have
+    /// been cut to, else infinity.
+    bound: f32,
     ids: Vec<u32>,
+    dist: Vec<f32>,
+}
+
+/// Distance, then the smaller id first.
+fn order(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
 }
 
 impl TopK {
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            dist: Vec::with_capacity(k + 1),
-            ids: Vec::with_capacity(k + 1),
+            held: Vec::with_capacity(2 * k),
+            bound: f32::INFINITY,
+            ids: Vec::new(),
+            dist: Vec::new(),
         }
     }
+    /// Offers below this may enter.
     #[inline]
     pub fn worst(&self) -> f32 {
-        if self.dist.len() < self.k {
-            f32::INFINITY
-        } else {
-            self.dist[self.k - 1]
-        }
+        self.bound
     }
     /// Offer a candidate; ties keep the smaller id first.
     #[inline]
     pub fn push(&mut self, d: f32, id: u32) {
-        if d >= self.worst() || self.k == 0 {
+        if d >= self.bound || self.k == 0 {
             return;
         }
-        let mut pos = self.dist.len();
-        while pos > 0
-            && (self.dist[pos - 1] > d || (self.dist[pos - 1] == d && self.ids[pos - 1] > id))
-        {
-            pos -= 1;
-        }
-        self.dist.insert(pos, d);
-        self.ids.insert(pos, id);
-        if self.dist.len() > self.k {
-            self.dist.pop();
-            self.ids.pop();
+        self.held.push((d, id));
+        if self.held.len() >= 2 * self.k {
+            self.cut();
         }
     }
+    /// Keep the `k` best held and bound offers by the worst of them.
+    fn cut(&mut self) {
+        if self.held.len() >= self.k {
+            self.held.select_nth_unstable_by(self.k - 1, order);
+            self.held.truncate(self.k);
+            self.bound = self.held[self.k - 1].0;
+        }
+    }
+    /// Candidates held, at most `k` counted.
     pub fn len(&self) -> usize {
-        self.dist.len()
+        self.held.len().min(self.k)
     }
     pub fn is_empty(&self) -> bool {
-        self.dist.is_empty()
+        self.held.is_empty()
     }
-    pub fn ids(&self) -> &[u32] {
-        &self.ids
-    }
-    pub fn distances(&self) -> &[f32] {
-        &self.dist
+    /// The best `min(k, offered)` as `(ids, distances)`, nearest first.
+    pub fn sorted(&mut self) -> (&[u32], &[f32]) {
+        self.cut();
+        self.held.sort_unstable_by(order);
+        self.ids.clear();
+        self.dist.clear();
+        for &(d, id) in &self.held {
+            self.dist.push(d);
+            self.ids.push(id);
+        }
+        (&self.ids, &self.dist)
     }
 }
 
@@ -152,9 +170,10 @@ pub fn exact_knn(
                     }
                 }
             }
-            for (r, top) in tops.iter().enumerate() {
-                ids_out[r * k..r * k + top.len()].copy_from_slice(top.ids());
-                d_out[r * k..r * k + top.len()].copy_from_slice(top.distances());
+            for (r, top) in tops.iter_mut().enumerate() {
+                let (top_ids, top_dists) = top.sorted();
+                ids_out[r * k..r * k + top_ids.len()].copy_from_slice(top_ids);
+                d_out[r * k..r * k + top_dists.len()].copy_from_slice(top_dists);
             }
             on_block(qn);
         });
@@ -164,6 +183,32 @@ pub fn exact_knn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_k_keeps_the_k_best_of_any_offer_order() {
+        let mut s = 7u64;
+        let mut next = || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (s >> 40) as u32 % 500
+        };
+        for k in [1, 5, 64] {
+            // Random with ties, then every offer entering (descending).
+            let random: Vec<(f32, u32)> = (0..3000).map(|i| (next() as f32, i)).collect();
+            let descending: Vec<(f32, u32)> = (0..3000).map(|i| (3000.0 - i as f32, i)).collect();
+            for offers in [random, descending] {
+                let mut top = TopK::new(k);
+                offers.iter().for_each(|&(d, id)| top.push(d, id));
+                let mut want = offers.clone();
+                want.sort_by(order);
+                let (ids, dists) = top.sorted();
+                assert_eq!(dists, want[..k].iter().map(|w| w.0).collect::<Vec<_>>());
+                // Equal distances may resolve to other ids only at the bound.
+                for (j, &id) in ids.iter().enumerate() {
+                    assert!(id == want[j].1 || dists[j] == dists[k - 1], "k {k} pos {j}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn matches_brute_force_and_excludes_self() {

@@ -128,7 +128,7 @@ pub fn join_round(
                             top.push(l2(xu, &x[w * dim..(w + 1) * dim]), w as u32);
                         }
                     }
-                    let (ti, td) = (top.ids(), top.distances());
+                    let (ti, td) = top.sorted();
                     for j in 0..k {
                         let (id, d) = match j < ti.len() {
                             true => (ti[j], td[j]),
@@ -181,15 +181,16 @@ mod tests {
             let mut top = TopK::new(k);
             while top.len() < k {
                 let v = (rng.next_u64() % n as u64) as usize;
-                if v != u && !top.ids().contains(&(v as u32)) {
+                if v != u && !top.sorted().0.contains(&(v as u32)) {
                     top.push(
                         l2(&x[u * dim..(u + 1) * dim], &x[v * dim..(v + 1) * dim]),
                         v as u32,
                     );
                 }
             }
-            ids[u * k..(u + 1) * k].copy_from_slice(top.ids());
-            dists[u * k..(u + 1) * k].copy_from_slice(top.distances());
+            let (top_ids, top_dists) = top.sorted();
+            ids[u * k..(u + 1) * k].copy_from_slice(top_ids);
+            dists[u * k..(u + 1) * k].copy_from_slice(top_dists);
         }
         let mut last = recall(&ids, &exact, k, 10);
         for _ in 0..6 {

@@ -163,7 +163,7 @@ def build(
     list_len: Optional[int] = None,
     row_len: Optional[int] = None,
     sketch_width: Optional[int] = None,
-    vectors: str = "f16",
+    vectors: str = "auto",
     seed: Optional[int] = None,
     progress: Optional[Callable[[str, str, int], None]] | bool = None,
 ) -> Index:
@@ -172,7 +172,8 @@ def build(
     ``metric``: ``"l2"``, ``"cosine"`` or ``"ip"``. ``backend``: where the
     heavy phases run. ``copies`` (C), ``list_len`` (l), ``row_len`` (Lt),
     ``sketch_width``: index sizes (defaults scale with n and dim).
-    ``vectors``: rerank precision, ``"f16"`` or ``"f32"``. ``progress``:
+    ``vectors``: rerank precision, ``"f16"``, ``"f32"`` or ``"auto"`` (f16
+    unless rounding would lose neighbours of a sample). ``progress``:
     ``True`` for bars on stderr (tqdm when installed), a callable
     ``f(event, stage, value)``, or ``None``/``False`` for silence (the
     default unless stderr is a terminal)."""

@@ -368,7 +368,7 @@ impl Progress for PyProgress {
 
 /// Build an index over a `float32` C-contiguous `(n, dim)` array.
 #[pyfunction]
-#[pyo3(signature = (base, metric="l2", backend="auto", copies=None, list_len=None, row_len=None, sketch_width=None, vectors="f16", seed=None, progress=None))]
+#[pyo3(signature = (base, metric="l2", backend="auto", copies=None, list_len=None, row_len=None, sketch_width=None, vectors="auto", seed=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn build(
     py: Python<'_>,
@@ -386,11 +386,12 @@ fn build(
     let metric: Metric = parse("metric", metric)?;
     let backend: Backend = parse("backend", backend)?;
     let vector_dtype = match vectors {
-        "f16" | "float16" => VectorDtype::F16,
-        "f32" | "float32" => VectorDtype::F32,
+        "auto" => None,
+        "f16" | "float16" => Some(VectorDtype::F16),
+        "f32" | "float32" => Some(VectorDtype::F32),
         other => {
             return Err(PyValueError::new_err(format!(
-                "vectors {other:?}: f16 or f32"
+                "vectors {other:?}: auto, f16 or f32"
             )))
         }
     };

@@ -322,6 +322,7 @@ fn bad_input_gives_typed_errors() {
         Err(SearchError::NotFinite { .. })
     ));
     // k above the rerank depth reranks k, the same as asking for R = k.
+    let p = SearchParams { rerank: 32, ..p };
     let wide = index.search(q, 33, &p).unwrap();
     assert_eq!(wide.k, 33);
     let asked = SearchParams { rerank: 33, ..p };

@@ -5,7 +5,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use octex_build::{build, BuildError};
+use octex_build::{build, BuildError, BuildParams};
 use octex_index::{Index as RawIndex, IndexError, LoadOptions, Metric, RerankVectors};
 use octex_search::{Index, SearchError, SearchParams};
 use octex_tests::{clustered, mutated_files, mutated_headers, test_params};
@@ -280,8 +280,12 @@ fn huge_and_tiny_finite_values_are_exact_or_refused() {
     scaled_base[7 * DIM..8 * DIM]
         .iter_mut()
         .for_each(|v| *v *= 1e20);
-    let built = build(&scaled_base, DIM, Metric::Cosine, &test_params()).unwrap();
-    let plain = build(&base, DIM, Metric::Cosine, &test_params()).unwrap();
+    let f16 = BuildParams {
+        vector_dtype: Some(octex_index::VectorDtype::F16),
+        ..test_params()
+    };
+    let built = build(&scaled_base, DIM, Metric::Cosine, &f16).unwrap();
+    let plain = build(&base, DIM, Metric::Cosine, &f16).unwrap();
     let (a, b) = match (built.index.vectors(), plain.index.vectors()) {
         (octex_index::RerankView::F16(a), octex_index::RerankView::F16(b)) => (
             a[7 * DIM..8 * DIM]
@@ -293,7 +297,7 @@ fn huge_and_tiny_finite_values_are_exact_or_refused() {
                 .map(|v| v.to_f32())
                 .collect::<Vec<_>>(),
         ),
-        _ => panic!("f16 rerank vectors by default"),
+        _ => panic!("f16 rerank vectors as asked"),
     };
     for (x, y) in a.iter().zip(&b) {
         assert!(

@@ -72,7 +72,8 @@ pub struct BuildFlags {
     /// (default Lt in distance order, 2 Lt in detour order).
     #[arg(long)]
     pub row_candidates: Option<usize>,
-    /// Rerank vectors in f32 instead of f16.
+    /// Rerank vectors in f32 (default: f16 unless the rounding would lose
+    /// neighbours of a sample).
     #[arg(long)]
     pub f32_vectors: bool,
     /// Seed.
@@ -126,7 +127,7 @@ impl BuildFlags {
         };
         p.row_candidates = self.row_candidates;
         if self.f32_vectors {
-            p.vector_dtype = VectorDtype::F32;
+            p.vector_dtype = Some(VectorDtype::F32);
         }
         if let Some(s) = self.seed {
             p.seed = s;
@@ -315,6 +316,13 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         octex_build::check::ROW_CHECK_K,
         octex_build::check::ROW_CHECK_SAMPLE
     );
+    if let (Some(f16), Some(p)) = (r.f16_recall, &r.params) {
+        println!(
+            "  rerank vectors: {:?} (exact search over f16 vectors finds {f16:.4} of the exact {} nearest)",
+            p.vector_dtype,
+            octex_build::check::ROW_CHECK_K
+        );
+    }
     let how = match r.ripple_probes {
         Some(p) => format!("searched, {p} lists probed per centre"),
         None => "member lists".to_string(),

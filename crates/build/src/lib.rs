@@ -161,6 +161,9 @@ pub struct BuildReport {
     /// Share of the exact nearest neighbours of sample vectors that their
     /// neighbour rows hold ([`check::row_recall`]).
     pub row_recall: f64,
+    /// Share of a sample's exact neighbours an exact search over f16 vectors
+    /// finds ([`check::f16_recall`]); measured when the precision is chosen.
+    pub f16_recall: Option<f64>,
     pub sizes: SizeEstimate,
 }
 
@@ -344,7 +347,17 @@ pub fn build_with_progress(
         }
         _ => p.exact_rows,
     };
-    let p = ResolvedParams { exact_rows, ..p };
+    let mut p = ResolvedParams { exact_rows, ..p };
+    if params.vector_dtype.is_none() {
+        report.f16_recall = Some(report.phase("precision_check", || {
+            let sample = pca::sample_rows(n, check::ROW_CHECK_SAMPLE, p.seed ^ 0xf16);
+            check::f16_recall(x, sdim, &sample)
+        }));
+        if report.f16_recall < Some(check::F16_MIN_RECALL) {
+            p.vector_dtype = VectorDtype::F32;
+        }
+        tracing::info!(f16_recall = report.f16_recall, vectors = ?p.vector_dtype, "rerank precision");
+    }
     if let Some(g) = &gpu {
         tracing::info!(device = %g.describe(), exact_rows, "building on the GPU");
     }

@@ -183,8 +183,10 @@ pub struct BuildParams {
     /// tables, sketch, exact neighbour rows and reverse entries; the index is
     /// the same format either way.
     pub backend: Backend,
-    /// Precision of the rerank vectors. Default f16.
-    pub vector_dtype: VectorDtype,
+    /// Precision of the rerank vectors. Default: f16, unless rounding to f16
+    /// would lose more than [`crate::check::F16_MIN_RECALL`] allows of a
+    /// sample's exact neighbours ([`crate::check::f16_recall`]), then f32.
+    pub vector_dtype: Option<VectorDtype>,
     /// Rows sampled for PCA and for the sketch scales. Default 100,000.
     pub pca_sample: usize,
     /// Seed of every random choice. Default fixed, so builds are reproducible.
@@ -225,7 +227,7 @@ impl Default for BuildParams {
             exact_rows_limit: 20_000,
             gpu_exact_rows_limit: 10_000_000,
             backend: Backend::Auto,
-            vector_dtype: VectorDtype::F16,
+            vector_dtype: None,
             pca_sample: 100_000,
             seed: 0x0c7e_5eed,
             memory_budget: None,
@@ -356,7 +358,7 @@ impl BuildParams {
                 RowMethod::Search => false,
                 RowMethod::Auto => n <= self.exact_rows_limit,
             },
-            vector_dtype: self.vector_dtype,
+            vector_dtype: self.vector_dtype.unwrap_or(VectorDtype::F16),
             pca_sample: self.pca_sample.max(1),
             seed: self.seed,
         }

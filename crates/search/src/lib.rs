@@ -121,16 +121,17 @@ impl SearchParams {
 }
 
 impl Default for SearchParams {
-    /// `r=16, S=64, W=3, R=32`: recall@10 0.959 on GloVe-50 and 0.975 on
-    /// Fashion-MNIST with default build parameters (`cargo xtask bench`, 2 cores).
-    /// Lower `S`/`W` for speed at lower recall; raise `R` where the sketch is
-    /// coarse relative to the data (Fashion-MNIST: `R=64` gives 0.996).
+    /// `r=16, S=64, W=3, R=128`: a deep point that holds on data the project
+    /// was not tuned on; [`Index::tune_for_recall_on`] finds cheaper ones.
+    /// `R=128` rather than 32 costs 0-14% of the query at `S=64` and lifts
+    /// recall where the sketch ranks coarsely (uniform data under inner
+    /// product: 0.89 -> 0.98; `docs/RESULTS.md`, "Any data").
     fn default() -> Self {
         Self {
             read_depth: 16,
             start_points: 64,
             waves: 3,
-            rerank: 32,
+            rerank: 128,
             wave_rerank: false,
         }
     }

@@ -483,10 +483,12 @@ fn cpu_and_gpu_builds(
     let build_on = |backend| {
         // Rows of 64 (the default): the longest the GPU's exact rows take
         // (longer ones are built on the CPU), so that exact rows run on the GPU.
+        // f16 vectors, asked for: the GPU rounds them, and they are compared.
         let params = octex_build::BuildParams {
             backend,
             row_method: rows,
             row_len: Some(64),
+            vector_dtype: Some(octex_index::VectorDtype::F16),
             ..test_params()
         };
         octex_build::build(base, dim, Metric::L2, &params).unwrap()
@@ -514,7 +516,7 @@ fn gpu_build_matches_cpu_build() {
     // The f16 rerank vectors (rounded on the GPU) are the CPU's, bit for bit.
     match (cpu.index.vectors(), gpu.index.vectors()) {
         (octex_index::RerankView::F16(a), octex_index::RerankView::F16(b)) => assert!(a == b),
-        _ => panic!("both builds store f16 rerank vectors"),
+        _ => panic!("both builds store the f16 rerank vectors asked for"),
     }
     // The GPU's row products run on TF32 (relative error ~1e-3), so near-ties
     // swap places: compare each row's forward head as a set.

@@ -44,18 +44,8 @@ pub fn required_sample_recall(target: f64) -> f64 {
 pub const MIN_QUERY_SAMPLE: usize = 64;
 
 /// Start points tried, ascending (a point's `S` is the smallest of these that
-/// reaches the target at its `W`, `R` and `r`). From 1 on the caller's
-/// queries (clustered data passes 0.95 with one or two); from
-/// [`SELF_SAMPLE_MIN_START_POINTS`] on the index's own sample.
-const START_POINTS: [usize; 17] = [
-    1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
-];
-/// Fewest start points, and shallowest read depth (`l / 2`), tried on the
-/// index's own sample: its vectors sit in their own fragments, so the
-/// cheapest first rounds look better there than on queries (a mixture: 0.975
-/// on the sample, 0.926 on queries at S=1, r=4).
-const SELF_SAMPLE_MIN_START_POINTS: usize = 4;
-
+/// reaches the target at its `W`, `R` and `r`).
+const START_POINTS: [usize; 15] = [4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512];
 /// Waves tried.
 const WAVES: [usize; 6] = [1, 2, 3, 4, 5, 6];
 /// Rerank depths tried (raised to `k`).
@@ -184,14 +174,7 @@ impl Index {
             return Err(SearchError::KAboveCount { k: k + 1, n });
         }
         let (tune, held) = self.tuning_samples(k);
-        self.walk(
-            &tune,
-            &held,
-            target,
-            required_sample_recall(target),
-            k,
-            false,
-        )
+        self.walk(&tune, &held, target, required_sample_recall(target), k)
     }
 
     /// [`Self::tune_for_recall`] on the caller's own queries (`nq x dim`, as
@@ -226,20 +209,11 @@ impl Index {
         let (mut stored, mut norms) = (Vec::new(), Vec::new());
         self.prepare(&picked, &mut stored, &mut norms, false)?;
         let (tune, held) = self.split_sample(&stored, k);
-        self.walk(
-            &tune,
-            &held,
-            target,
-            (target + TUNE_MARGIN).min(1.0),
-            k,
-            true,
-        )
+        self.walk(&tune, &held, target, (target + TUNE_MARGIN).min(1.0), k)
     }
 
     /// The cheapest point whose recall on `tune` reaches `required`, kept
     /// when `held` reaches it too (or the target plus [`TUNE_MARGIN`]).
-    /// `queries`: the samples are the caller's queries, and the cheapest
-    /// shapes are tried too (see [`SELF_SAMPLE_MIN_START_POINTS`]).
     fn walk(
         &self,
         tune: &Sample,
@@ -247,25 +221,12 @@ impl Index {
         target: f64,
         required: f64,
         k: usize,
-        queries: bool,
     ) -> Result<Tuned, SearchError> {
         let list_len = self.raw.header().list_len as usize;
-        // Ripple read depths l, l/2 and, on queries, l/4 (at least 2).
         let mut depths = vec![list_len.max(1)];
-        let shallowest = if queries { list_len / 4 } else { list_len / 2 };
-        depths.extend(
-            [list_len / 2, list_len / 4]
-                .into_iter()
-                .filter(|&r| r >= 2 && r >= shallowest),
-        );
-        let first_s = if queries {
-            0
-        } else {
-            START_POINTS
-                .iter()
-                .position(|&s| s >= SELF_SAMPLE_MIN_START_POINTS)
-                .unwrap_or(0)
-        };
+        if list_len >= 8 {
+            depths.push(list_len / 2);
+        }
         // Per (r, W, R): the smallest S that reaches `required` (recall
         // and cost grow with S), stepping up START_POINTS two at a time and
         // then back one; a point that misses and already costs more than the
@@ -298,12 +259,12 @@ impl Index {
                 }
                 Ok((r, c))
             };
-            let mut s = first_s;
+            let mut s = 0;
             let found = loop {
                 let (r, c) = measure(s)?;
                 if r >= required {
                     // One step back, when it was skipped.
-                    if (s - first_s) % 2 == 0 && s > first_s {
+                    if s % 2 == 0 && s > 0 {
                         let (r1, c1) = measure(s - 1)?;
                         if r1 >= required {
                             break Some((c1, at(s - 1), r1));

@@ -14,10 +14,40 @@ pub const ROW_CHECK_K: usize = 10;
 
 /// Least share of a sample's exact nearest neighbours that an exact search
 /// over f16 vectors must find for the default rerank precision to be f16;
-/// below it the vectors are stored as f32. Held-out queries lose about three
-/// times the sample's share (inner-product mixture: 0.9990 on the sample,
-/// recall capped at 0.9966; f32: 1.0).
+/// below it the vectors are stored as f32. Strict, because queries lose
+/// more than the sample does (docs/RESULTS.md, "Any data").
 pub const F16_MIN_RECALL: f64 = 0.9998;
+
+/// The exact `count` nearest other vectors of each vector in `sample`, as
+/// `(id, squared L2)` nearest first (the vector itself left out).
+fn nearest_others(x: &[f32], dim: usize, sample: &[usize], count: usize) -> Vec<Vec<(u32, f32)>> {
+    let n = x.len() / dim;
+    // One more: the vector itself (or a copy of it) comes first.
+    let wide = (count + 1).min(n);
+    let q: Vec<f32> = sample
+        .iter()
+        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
+        .collect();
+    let (ids, dists) = exact_knn(x, &q, dim, wide, KnnMetric::L2, false, &|_| {});
+    sample
+        .par_iter()
+        .enumerate()
+        .map(|(i, &u)| {
+            let range = i * wide..(i + 1) * wide;
+            ids[range.clone()]
+                .iter()
+                .zip(&dists[range])
+                .filter(|(&id, _)| id != PAD_ID && id as usize != u)
+                .map(|(&id, &d)| (id, d))
+                .take(count)
+                .collect()
+        })
+        .collect()
+}
+
+fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
 
 /// Share of the [`ROW_CHECK_K`] exact nearest neighbours (squared L2, ties
 /// counted) of the vectors `sample` that an exact search finds when the base
@@ -30,26 +60,10 @@ pub fn f16_recall(x: &[f32], dim: usize, sample: &[usize]) -> f64 {
     if k == 0 || sample.is_empty() {
         return 1.0;
     }
-    let wide = (4 * k + 1).min(n);
-    let q: Vec<f32> = sample
-        .iter()
-        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
-        .collect();
-    let (ids, dists) = exact_knn(x, &q, dim, wide, KnnMetric::L2, false, &|_| {});
-    let found: usize = sample
+    let found: usize = nearest_others(x, dim, sample, 4 * k)
         .par_iter()
-        .enumerate()
-        .map(|(i, &u)| {
-            let (cand, d) = (
-                &ids[i * wide..(i + 1) * wide],
-                &dists[i * wide..(i + 1) * wide],
-            );
-            let others: Vec<(u32, f32)> = cand
-                .iter()
-                .zip(d)
-                .filter(|(&id, _)| id != PAD_ID && id as usize != u)
-                .map(|(&id, &d)| (id, d))
-                .collect();
+        .zip(sample)
+        .map(|(others, &u)| {
             let k = k.min(others.len());
             let bound = others[k - 1].1;
             let xu = &x[u * dim..(u + 1) * dim];
@@ -57,12 +71,11 @@ pub fn f16_recall(x: &[f32], dim: usize, sample: &[usize]) -> f64 {
                 .iter()
                 .map(|&(v, d)| {
                     let xv = &x[v as usize * dim..(v as usize + 1) * dim];
-                    let d16: f32 = xu
+                    let v16: Vec<f32> = xv
                         .iter()
-                        .zip(xv)
-                        .map(|(a, b)| (a - half::f16::from_f32(*b).to_f32()).powi(2))
-                        .sum();
-                    (d16, d)
+                        .map(|&b| half::f16::from_f32(b).to_f32())
+                        .collect();
+                    (squared_l2(xu, &v16), d)
                 })
                 .collect();
             rounded.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -85,26 +98,12 @@ pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &
     if k == 0 || sample.is_empty() {
         return 1.0;
     }
-    let q: Vec<f32> = sample
-        .iter()
-        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
-        .collect();
-    // One more than k: the vector itself (or a copy of it) comes first.
-    let (ids, dists) = exact_knn(x, &q, dim, k + 1, KnnMetric::L2, false, &|_| {});
-    let hits: usize = sample
+    let hits: usize = nearest_others(x, dim, sample, k)
         .par_iter()
-        .enumerate()
-        .map(|(i, &u)| {
-            let found = &ids[i * (k + 1)..(i + 1) * (k + 1)];
-            let d = &dists[i * (k + 1)..(i + 1) * (k + 1)];
+        .zip(sample)
+        .map(|(others, &u)| {
             // The k-th nearest other vector's distance.
-            let others: Vec<f32> = found
-                .iter()
-                .zip(d)
-                .filter(|(&id, _)| id as usize != u)
-                .map(|(_, &d)| d)
-                .collect();
-            let bound = others[k.min(others.len()) - 1];
+            let bound = others[k.min(others.len()) - 1].1;
             let xu = &x[u * dim..(u + 1) * dim];
             let mut row: Vec<u32> = rows[u * row_len..(u + 1) * row_len]
                 .iter()
@@ -117,8 +116,7 @@ pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &
                 .iter()
                 .filter(|&&v| {
                     let xv = &x[v as usize * dim..(v as usize + 1) * dim];
-                    let dv: f32 = xu.iter().zip(xv).map(|(a, b)| (a - b) * (a - b)).sum();
-                    dv <= bound * (1.0 + 1e-5) + 1e-12
+                    squared_l2(xu, xv) <= bound * (1.0 + 1e-5) + 1e-12
                 })
                 .count();
             near.min(k)

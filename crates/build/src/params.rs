@@ -73,10 +73,8 @@ pub const CPU_FEW_COPIES_LIMIT: usize = 100_000;
 
 /// Default copies `C` for `n` vectors, by where the build (and so, as a rule,
 /// the search) runs: 16 on the CPU up to [`CPU_FEW_COPIES_LIMIT`] vectors, else 32.
-///
-/// At 50-60k vectors on 2 cores, 16 copies meet `recall=` 0.95 and 0.99 at
-/// 1.0-1.8x the QPS of 32 (0.92-0.96x on uniform data), defaults within 0.007
-/// recall, builds 10-20% faster, ~35% less memory (`docs/RESULTS.md`).
+/// On small CPU indexes fewer copies reach the same recall for less work a
+/// query (docs/RESULTS.md, "Any data").
 pub fn default_copies(n: usize, on_gpu: bool) -> usize {
     if !on_gpu && n <= CPU_FEW_COPIES_LIMIT {
         16

@@ -123,9 +123,8 @@ impl SearchParams {
 impl Default for SearchParams {
     /// `r=16, S=64, W=3, R=128`: a deep point that holds on data the project
     /// was not tuned on; [`Index::tune_for_recall_on`] finds cheaper ones.
-    /// `R=128` rather than 32 costs 0-14% of the query at `S=64` and lifts
-    /// recall where the sketch ranks coarsely (uniform data under inner
-    /// product: 0.89 -> 0.98; `docs/RESULTS.md`, "Any data").
+    /// `R=128`: the exact rerank is cheap beside the sketch, and coarse
+    /// sketches need it (docs/RESULTS.md, "Any data").
     fn default() -> Self {
         Self {
             read_depth: 16,

@@ -47,6 +47,10 @@ pub struct BuildFlags {
     /// Sketch width w, a multiple of 16 (default by D).
     #[arg(long)]
     pub sketch_width: Option<usize>,
+    /// Residual sketch (codes relative to centres from the data): 0 never, 1
+    /// always (default: where it ranks a sample's neighbours better).
+    #[arg(long)]
+    pub sketch_centres: Option<usize>,
     /// Neighbour row length Lt (default 64, the paper's).
     #[arg(long)]
     pub row_len: Option<usize>,
@@ -110,6 +114,7 @@ impl BuildFlags {
         };
         p.ripple_probes = self.ripple_probes;
         p.sketch_width = self.sketch_width;
+        p.sketch_centres = self.sketch_centres;
         p.row_len = self.row_len;
         p.forward_head = self.forward_head;
         p.reverse_max = self.reverse_max;
@@ -307,8 +312,16 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         r.fragments, r.short_fragments, r.key_collisions
     );
     println!(
-        "  sketch: {} int8 principal coordinates, holding {:.3} of the variance",
-        r.sketch_width, r.sketch_variance
+        "  sketch: {} int8 principal coordinates, holding {:.3} of the variance; {}",
+        r.sketch_width,
+        r.sketch_variance,
+        match (r.sketch_centres, r.sketch_ranking) {
+            (0, Some((plain, _))) => format!("one grid (ranks {plain:.3} of a sample's neighbours)"),
+            (k, Some((plain, resid))) => format!(
+                "coded relative to {k} centres (ranks {resid:.3} of a sample's neighbours, one grid {plain:.3})"
+            ),
+            _ => "one grid".to_string(),
+        }
     );
     println!(
         "  neighbour rows: hold {:.4} of the exact {} nearest of {} sample vectors",

@@ -57,6 +57,7 @@ pub mod ripples;
 pub mod rows;
 pub mod search_rows;
 pub mod sketch;
+pub mod sketch_centres;
 pub mod spacing;
 mod structure;
 use structure::structure;
@@ -164,6 +165,11 @@ pub struct BuildReport {
     /// Share of a sample's exact neighbours an exact search over f16 vectors
     /// finds ([`check::f16_recall`]); measured when the precision is chosen.
     pub f16_recall: Option<f64>,
+    /// How well the plain and the residual sketch rank a sample's neighbours
+    /// ([`sketch_centres::ranking_recall`]).
+    pub sketch_ranking: Option<(f64, f64)>,
+    /// Residual sketch centres kept (0: the plain sketch).
+    pub sketch_centres: usize,
     pub sizes: SizeEstimate,
 }
 

@@ -129,6 +129,10 @@ pub struct BuildParams {
     /// [`crate::sketch::AUTO_VARIANCE`] of the variance
     /// ([`crate::sketch::width_for_spectrum`]).
     pub sketch_width: Option<usize>,
+    /// Residual sketch: `Some(0)` never, `Some(_)` always (centres from the
+    /// data), `None` (default) where it ranks a sample's neighbours better
+    /// ([`crate::sketch_centres`]).
+    pub sketch_centres: Option<usize>,
     /// Neighbour row length `Lt`. Default [`DEFAULT_ROW_LEN`] (64).
     pub row_len: Option<usize>,
     /// Forward neighbours at the head of a row, `k_f`. Default `Lt / 2`.
@@ -215,6 +219,7 @@ impl Default for BuildParams {
             spacing_ratio: 1.37,
             max_spacings: 6,
             sketch_width: None,
+            sketch_centres: None,
             row_len: None,
             forward_head: None,
             reverse_max: None,
@@ -253,6 +258,8 @@ pub struct ResolvedParams {
     pub sketch_width: usize,
     /// The sketch width is chosen from the PCA spectrum at build time.
     pub sketch_width_auto: bool,
+    #[serde(default)]
+    pub sketch_centres: Option<usize>,
     pub row_len: usize,
     pub forward_head: usize,
     pub reverse_max: usize,
@@ -337,6 +344,7 @@ impl BuildParams {
                 .sketch_width
                 .unwrap_or(crate::sketch::auto_width_bound(dim)),
             sketch_width_auto: self.sketch_width.is_none(),
+            sketch_centres: self.sketch_centres,
             row_len,
             forward_head: self.forward_head.unwrap_or(row_len / 2).min(row_len),
             reverse_max: self.reverse_max.unwrap_or(default_reverse_entries(row_len)),

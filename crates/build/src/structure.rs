@@ -194,20 +194,42 @@ pub(crate) fn structure(
 
     // Sketch: the first w principal coordinates (zero beyond m), scales
     // from the PCA sample.
-    let (sketch_scales, sketch_rows) = report.phase("sketch", || {
+    let sketch = report.phase("sketch", || {
         let pcs_ref: &[f32] = &pcs;
         let row = move |r: usize| (0..w).map(move |j| if j < m { pcs_ref[r * m + j] } else { 0.0 });
         let sampled: Vec<f32> = sample.iter().flat_map(|&r| row(r)).collect();
         let scales = sketch::fit_scales(&sampled, w);
-        let rows = match (&gpu, &device_pcs) {
-            (Some(g), Some(dp)) => gpu_ripples::sketch(g, dp, w, &scales)?,
-            _ => {
+        let choice = sketch_centres::choose(&sampled, w, &scales, p.seed, p.sketch_centres);
+        tracing::info!(
+            plain = choice.plain_recall,
+            residual = choice.residual_recall,
+            kept = choice.centres.is_some(),
+            "sketch ranking of the sample's neighbours"
+        );
+        let ranking = (choice.plain_recall, choice.residual_recall);
+        match choice.centres {
+            Some(c) => {
                 let coords: Vec<f32> = (0..n).into_par_iter().flat_map_iter(row).collect();
-                sketch::encode(&coords, &scales)
+                let ids = sketch_centres::assign(&coords, w, &c.centres);
+                let rows = sketch_centres::encode(&coords, w, &c, &ids);
+                Ok::<_, BuildError>((rows, c.scales, c.centres, c.centre_scales, ids, ranking))
             }
-        };
-        Ok::<_, BuildError>((scales, rows))
+            None => {
+                let rows = match (&gpu, &device_pcs) {
+                    (Some(g), Some(dp)) => gpu_ripples::sketch(g, dp, w, &scales)?,
+                    _ => {
+                        let coords: Vec<f32> = (0..n).into_par_iter().flat_map_iter(row).collect();
+                        sketch::encode(&coords, &scales)
+                    }
+                };
+                Ok((rows, scales, Vec::new(), Vec::new(), Vec::new(), ranking))
+            }
+        }
     })?;
+    let (sketch_rows, sketch_scales, sketch_centres, sketch_centre_scales, sketch_centre_ids, ranking) =
+        sketch;
+    report.sketch_ranking = Some(ranking);
+    report.sketch_centres = sketch_centre_scales.len();
     // Frees the device copy (without the `gpu` feature there is none).
     #[allow(clippy::drop_non_drop)]
     drop(device_pcs);
@@ -262,6 +284,9 @@ pub(crate) fn structure(
             spacings: map.spacings.clone(),
             sketch_scales,
             sketch: sketch_rows,
+            sketch_centres,
+            sketch_centre_scales,
+            sketch_centre_ids,
             rows: Vec::new(),
             tables,
             table_keys,

@@ -90,6 +90,52 @@ pub fn row_norm(row: &[i8], scales: &[f32]) -> f32 {
     acc
 }
 
+/// Residual sketch: where the build chose centres, a vector's sketch
+/// coordinates are `c_j + gamma sigma_j s_j` (its centre `c`, the centre's
+/// step `gamma`), so tight clusters far from the origin keep the int8 grid's
+/// resolution. Then
+///
+/// `|q - x|^2 = |q|^2 + T - 2 gamma sum_j (q_j sigma_j) s_j + N'`,
+///
+/// with `T = sum_j c_j (c_j - 2 q_j)` per (query, centre) ([`centre_term`])
+/// and `N' = sum_j e_j (e_j + 2 c_j)`, `e_j = gamma sigma_j s_j`, per vector
+/// ([`residual_row_norm`]); the estimate is [`centre_estimate`]. One term
+/// of [`centre_term`]'s sum, added in order `j = 0, 1, ..` by both backends.
+#[inline(always)]
+pub fn centre_term_step(acc: f32, c: f32, q: f32) -> f32 {
+    acc + c * (c - 2.0 * q)
+}
+
+/// `T = sum_j c_j (c_j - 2 q_j)` of a centre `c` and the query's first `w`
+/// principal coordinates `q` (zero beyond `m`), summed in order.
+#[inline]
+pub fn centre_term(centre: &[f32], q: &[f32]) -> f32 {
+    centre
+        .iter()
+        .zip(q)
+        .fold(0.0f32, |acc, (&c, &qj)| centre_term_step(acc, c, qj))
+}
+
+/// `N' = sum_j e_j (e_j + 2 c_j)`, `e_j = gamma sigma_j s_j`, of one sketch
+/// row with centre `centre` and step `gamma`, summed in order.
+#[inline]
+pub fn residual_row_norm(row: &[i8], scales: &[f32], centre: &[f32], gamma: f32) -> f32 {
+    let mut acc = 0.0f32;
+    for ((&s, &sigma), &c) in row.iter().zip(scales).zip(centre) {
+        let e = gamma * (sigma * s as f32);
+        acc += e * (e + 2.0 * c);
+    }
+    acc
+}
+
+/// The residual sketch's estimate (`|q|^2` left out, as in [`estimate`]):
+/// `norm` is the row's [`residual_row_norm`], `term` its centre's
+/// [`centre_term`], `step` the query's `two_step` times the centre's `gamma`.
+#[inline(always)]
+pub fn centre_estimate(norm: f32, term: f32, step: f32, dot: i32) -> f32 {
+    (norm + term) - step * dot as f32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +181,30 @@ mod tests {
             (est - exact).abs() <= 1e-4 * exact.max(1.0),
             "{est} vs {exact}"
         );
+    }
+
+    #[test]
+    fn centre_estimate_matches_the_float_distance() {
+        let w = 16usize;
+        let sig: Vec<f32> = (0..w).map(|j| 0.003 + 0.0005 * j as f32).collect();
+        let centre: Vec<f32> = (0..w).map(|j| 4.0 - 0.3 * j as f32).collect();
+        let gamma = 0.25f32;
+        let row: Vec<i8> = (0..w).map(|j| (j as i32 * 53 % 255 - 127) as i8).collect();
+        let q: Vec<f32> = (0..w).map(|j| 3.9 - 0.31 * j as f32 + 0.01 * (j % 3) as f32).collect();
+        let a: Vec<f32> = (0..w).map(|j| q[j] * sig[j]).collect();
+        let amax = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let s = QueryScale::new(amax, w as u32);
+        let dot: i32 = (0..w).map(|j| s.code(a[j], w as u32) as i32 * row[j] as i32).sum();
+        let q2: f32 = q.iter().map(|v| v * v).sum();
+        let est = centre_estimate(
+            residual_row_norm(&row, &sig, &centre, gamma),
+            centre_term(&centre, &q),
+            s.two_step * gamma,
+            dot,
+        ) + q2;
+        let exact: f32 = (0..w)
+            .map(|j| (q[j] - centre[j] - gamma * sig[j] * row[j] as f32).powi(2))
+            .sum();
+        assert!((est - exact).abs() <= 2e-3, "{est} vs {exact}");
     }
 }

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 /// First bytes of every index file.
 pub const MAGIC: &[u8; 8] = b"OCTEXIDX";
 /// Version of the layout this crate reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Most residual sketch centres an index may hold (`u16` centre ids).
+pub const MAX_SKETCH_CENTRES: usize = 1 << 16;
 /// Alignment of every section.
 pub const SECTION_ALIGN: usize = 64;
 /// Bytes before the header.
@@ -235,10 +237,17 @@ pub enum SectionKind {
     Ripples,
     /// `f16|f32 x n x dim`: vectors for the exact rerank.
     Vectors,
+    /// `f32 x K x w`: residual sketch centres in sketch coordinates
+    /// ([`octex_core::sketch::centre_term`]); empty when the sketch has none.
+    SketchCentres,
+    /// `f32 x K`: each centre's multiplier of the sketch scales.
+    SketchCentreScales,
+    /// `u16 x n`: each vector's centre (empty without centres).
+    SketchCentreIds,
 }
 
 impl SectionKind {
-    pub const ALL: [SectionKind; 14] = [
+    pub const ALL: [SectionKind; 17] = [
         SectionKind::Mean,
         SectionKind::Basis,
         SectionKind::BasisBias,
@@ -253,6 +262,9 @@ impl SectionKind {
         SectionKind::TableSlots,
         SectionKind::Ripples,
         SectionKind::Vectors,
+        SectionKind::SketchCentres,
+        SectionKind::SketchCentreScales,
+        SectionKind::SketchCentreIds,
     ];
 }
 

@@ -20,7 +20,9 @@
 //! above them were expanded), and the rerank takes the best `R`, so keeping `M` is
 //! exact, not a heuristic.
 
-use octex_core::sketch::{estimate, row_norm, QueryScale};
+use octex_core::sketch::{
+    centre_estimate, centre_term, estimate, residual_row_norm, row_norm, QueryScale,
+};
 use octex_index::{Index, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
@@ -105,6 +107,9 @@ pub(crate) struct Engine {
 pub(crate) struct SketchQuery<'a> {
     pub codes: &'a [i16],
     pub scale: QueryScale,
+    /// With a residual sketch, per centre its [`centre_term`] and the
+    /// query's step times the centre's scale; empty otherwise.
+    pub centres: &'a [(f32, f32)],
 }
 
 /// The sketch codes of a batch of queries ([`Engine::sketch_queries`]).
@@ -112,26 +117,36 @@ pub(crate) struct SketchQuery<'a> {
 pub(crate) struct SketchQueries {
     codes: Vec<i16>,
     scales: Vec<QueryScale>,
+    centres: Vec<(f32, f32)>,
 }
 
 impl SketchQueries {
     /// Query `i`'s code, width `w`.
     pub fn get(&self, i: usize, w: usize) -> SketchQuery<'_> {
+        let k = self.centres.len() / self.scales.len().max(1);
         SketchQuery {
             codes: &self.codes[i * w..(i + 1) * w],
             scale: self.scales[i],
+            centres: &self.centres[i * k..(i + 1) * k],
         }
     }
 }
 
-/// Every row's [`row_norm`], in parallel.
+/// Every row's sketch norm, in parallel: [`row_norm`], or with a residual
+/// sketch [`residual_row_norm`].
 pub fn sketch_norms(index: &Index) -> Vec<f32> {
     let w = index.header().sketch_width as usize;
     let scales = index.sketch_scales();
-    index
-        .sketch()
-        .par_chunks(w.max(1))
-        .map(|row| row_norm(row, scales))
+    let (centres, steps) = (index.sketch_centres(), index.sketch_centre_scales());
+    let rows = index.sketch().par_chunks(w.max(1));
+    if steps.is_empty() {
+        return rows.map(|row| row_norm(row, scales)).collect();
+    }
+    rows.zip(index.sketch_centre_ids())
+        .map(|(row, &c)| {
+            let c = c as usize;
+            residual_row_norm(row, scales, &centres[c * w..(c + 1) * w], steps[c])
+        })
         .collect()
 }
 
@@ -236,14 +251,26 @@ impl Engine {
         let m = self.map.basis_dim;
         let w = self.sketch_width;
         let scales = index.sketch_scales();
+        let (centres, steps) = (index.sketch_centres(), index.sketch_centre_scales());
         q.codes.clear();
         q.scales.clear();
+        q.centres.clear();
+        let mut coords = vec![0f32; w];
         for r in pcs.chunks_exact(m) {
             let a = |j: usize| if j < m { r[j] * scales[j] } else { 0.0 };
             let amax = (0..w).fold(0.0f32, |mx, j| mx.max(a(j).abs()));
             let scale = QueryScale::new(amax, w as u32);
             q.codes.extend((0..w).map(|j| scale.code(a(j), w as u32)));
             q.scales.push(scale);
+            if !steps.is_empty() {
+                coords.iter_mut().enumerate().for_each(|(j, c)| *c = if j < m { r[j] } else { 0.0 });
+                q.centres.extend(
+                    centres
+                        .chunks_exact(w)
+                        .zip(steps)
+                        .map(|(c, &g)| (centre_term(c, &coords), scale.two_step * g)),
+                );
+            }
         }
     }
 
@@ -263,17 +290,21 @@ impl Engine {
             prefetch_at(&norms[id as usize]);
         }
         s.cand.clear();
+        let ids = index.sketch_centre_ids();
         for (i, &id) in s.fresh.iter().enumerate() {
             if let Some(&ahead) = s.fresh.get(i + PREFETCH_AHEAD) {
                 prefetch(row(ahead));
                 prefetch_at(&norms[ahead as usize]);
             }
+            let dot = (self.kernel)(qs.codes, row(id));
+            let d = if qs.centres.is_empty() {
+                estimate(norms[id as usize], qs.scale, dot)
+            } else {
+                let (term, step) = qs.centres[ids[id as usize] as usize];
+                centre_estimate(norms[id as usize], term, step, dot)
+            };
             s.cand.push(Cand {
-                d: estimate(
-                    norms[id as usize],
-                    qs.scale,
-                    (self.kernel)(qs.codes, row(id)),
-                ),
+                d,
                 id,
                 expanded: false,
                 exact: false,

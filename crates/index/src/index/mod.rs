@@ -52,6 +52,11 @@ pub struct IndexParts {
     pub spacings: Vec<f32>,
     pub sketch_scales: Vec<f32>,
     pub sketch: Vec<i8>,
+    /// Residual sketch centres (`K x w`), their scale multipliers (`K`) and
+    /// each vector's centre (`n`); all empty for a plain sketch.
+    pub sketch_centres: Vec<f32>,
+    pub sketch_centre_scales: Vec<f32>,
+    pub sketch_centre_ids: Vec<u16>,
     pub rows: Vec<u32>,
     pub tables: Vec<TableEntry>,
     pub table_keys: Vec<u64>,
@@ -140,6 +145,9 @@ fn section_bytes(parts: &IndexParts, kind: SectionKind) -> &[u8] {
         Spacings => bytemuck::cast_slice(&parts.spacings),
         SketchScales => bytemuck::cast_slice(&parts.sketch_scales),
         Sketch => bytemuck::cast_slice(&parts.sketch),
+        SketchCentres => bytemuck::cast_slice(&parts.sketch_centres),
+        SketchCentreScales => bytemuck::cast_slice(&parts.sketch_centre_scales),
+        SketchCentreIds => bytemuck::cast_slice(&parts.sketch_centre_ids),
         Rows => bytemuck::cast_slice(&parts.rows),
         Tables => bytemuck::cast_slice(&parts.tables),
         TableKeys => bytemuck::cast_slice(&parts.table_keys),
@@ -281,6 +289,9 @@ impl Index {
             spacings: self.spacings().to_vec(),
             sketch_scales: self.sketch_scales().to_vec(),
             sketch: self.sketch().to_vec(),
+            sketch_centres: self.sketch_centres().to_vec(),
+            sketch_centre_scales: self.sketch_centre_scales().to_vec(),
+            sketch_centre_ids: self.sketch_centre_ids().to_vec(),
             rows: self.rows().to_vec(),
             tables: self.tables().to_vec(),
             table_keys: self.table_keys().to_vec(),
@@ -359,6 +370,18 @@ impl Index {
     }
     pub fn sketch(&self) -> &[i8] {
         self.section(SectionKind::Sketch)
+    }
+    /// Residual sketch centres, `K x w` (empty for a plain sketch).
+    pub fn sketch_centres(&self) -> &[f32] {
+        self.section(SectionKind::SketchCentres)
+    }
+    /// Each centre's multiplier of the sketch scales, `K`.
+    pub fn sketch_centre_scales(&self) -> &[f32] {
+        self.section(SectionKind::SketchCentreScales)
+    }
+    /// Each vector's centre, `n` (empty for a plain sketch).
+    pub fn sketch_centre_ids(&self) -> &[u16] {
+        self.section(SectionKind::SketchCentreIds)
     }
     pub fn rows(&self) -> &[u32] {
         self.section(SectionKind::Rows)

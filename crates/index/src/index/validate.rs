@@ -232,6 +232,15 @@ impl Index {
         }
         let fragments = ripple_ids / h.list_len as usize;
         expect(Vectors, n.checked_mul(dim), vsize)?;
+        let centres = expect(SketchCentreScales, None, 4)?;
+        if centres > MAX_SKETCH_CENTRES {
+            return Err(invalid(format!(
+                "{centres} sketch centres, at most {} are supported",
+                MAX_SKETCH_CENTRES
+            )));
+        }
+        expect(SketchCentres, centres.checked_mul(sw), 4)?;
+        expect(SketchCentreIds, Some(if centres > 0 { n } else { 0 }), 2)?;
 
         let index = Self {
             storage,
@@ -253,6 +262,21 @@ impl Index {
         finite(Rotation, index.rotation())?;
         finite(Shifts, index.shifts())?;
         finite(SketchScales, index.sketch_scales())?;
+        finite(SketchCentres, index.sketch_centres())?;
+        if !index
+            .sketch_centre_scales()
+            .iter()
+            .all(|&g| g > 0.0 && g.is_finite())
+        {
+            return Err(index.invalid("a sketch centre's scale is not a positive finite number".into()));
+        }
+        if index
+            .sketch_centre_ids()
+            .iter()
+            .any(|&c| c as usize >= centres)
+        {
+            return Err(index.invalid(format!("a sketch centre id is not below {centres}")));
+        }
         if !index.spacings().windows(2).all(|p| p[0] < p[1])
             || index
                 .spacings()

@@ -21,6 +21,34 @@ pub fn clustered(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
     out
 }
 
+/// `n` vectors of dimension `dim` from `clusters` Gaussian clusters far from
+/// the origin whose spreads differ 100x (0.02 to 2, centres about 4 apart
+/// along each coordinate) and whose sizes fall as `1 / (i + 1)`: data where
+/// one sketch grid for all of it cannot tell a tight cluster's members apart.
+pub fn uneven_clusters(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    let mut rng = GaussianRng::new(seed, 1);
+    let centres: Vec<f64> = (0..clusters * dim).map(|_| 4.0 * rng.normal()).collect();
+    let spread = |i: usize| 0.02 * 100f64.powf(i as f64 / (clusters - 1).max(1) as f64);
+    let weights: Vec<f64> = (0..clusters)
+        .scan(0.0, |s, i| {
+            *s += 1.0 / (i + 1) as f64;
+            Some(*s)
+        })
+        .collect();
+    let total = weights[clusters - 1];
+    let mut out = Vec::with_capacity(n * dim);
+    for _ in 0..n {
+        let u = rng.uniform() * total;
+        // Sizes fall with i; spreads are shuffled over the sizes.
+        let c = weights.partition_point(|&w| w < u).min(clusters - 1);
+        let s = spread((c * 7) % clusters);
+        for j in 0..dim {
+            out.push((centres[c * dim + j] + rng.normal() * s) as f32);
+        }
+    }
+    out
+}
+
 /// Exact top-k ids by squared L2 (brute force, for references).
 pub fn brute_force(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Vec<u32> {
     let (ids, _) = octex_build::knn::exact_knn(

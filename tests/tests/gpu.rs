@@ -677,3 +677,39 @@ fn wide_sketches_agree_between_cpu_and_gpu() {
         assert!(same >= 0.98 && (rc - rg).abs() <= 0.005, "width {width}");
     }
 }
+
+/// A residual sketch (codes relative to centres): the GPU builds the query's
+/// table of centre terms as the CPU does and agrees with it.
+#[test]
+fn residual_sketches_agree_between_cpu_and_gpu() {
+    let Some(_gpu) = gpu_or_skip("residual_sketches_agree_between_cpu_and_gpu") else {
+        return;
+    };
+    let dim = 48;
+    let data = octex_tests::uneven_clusters(10_500, dim, 60, 11);
+    let (base, queries) = data.split_at(10_000 * dim);
+    let params = octex_build::BuildParams {
+        sketch_centres: Some(1),
+        ..test_params()
+    };
+    let built = octex_build::build(base, dim, Metric::L2, &params).unwrap();
+    assert!(built.report.sketch_centres > 0);
+    let index = Index::new(built.index);
+    let truth = brute_force(base, queries, dim, 10);
+    for rerank in [16, 128] {
+        let p = SearchParams {
+            rerank,
+            ..SearchParams::default()
+        };
+        let cpu = index.search(queries, 10, &p).unwrap();
+        let gpu = index
+            .gpu(&GpuOptions::default())
+            .unwrap()
+            .search(queries, 10, &p)
+            .unwrap();
+        assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
+        let same = cpu.ids.iter().zip(&gpu.ids).filter(|(a, b)| a == b).count() as f64
+            / cpu.ids.len() as f64;
+        assert!(same >= 0.98, "rerank {rerank}: {same} of the ids in place agree");
+    }
+}

@@ -26,6 +26,8 @@ const PROBES: usize = 256;
 /// [`RANK_KEEP`].
 const RANK_WANT: usize = 10;
 const RANK_KEEP: usize = 32;
+/// Sample rows the choice uses, at most (evenly spaced in the sample).
+pub const CHOICE_ROWS: usize = 20_000;
 /// Gain in [`ranking_recall`] the residual sketch must show to be kept.
 pub const MIN_GAIN: f64 = 0.01;
 
@@ -256,6 +258,19 @@ pub struct Choice {
 /// sketch with `plain_scales` by [`MIN_GAIN`]; `force` (a number of
 /// centres asked for: 0 never, else always) overrides the measurement.
 pub fn choose(sample: &[f32], w: usize, plain_scales: &[f32], seed: u64, force: Option<usize>) -> Choice {
+    let rows = sample.len() / w;
+    let thinned: Vec<f32>;
+    let sample = if rows > CHOICE_ROWS {
+        thinned = (0..CHOICE_ROWS)
+            .flat_map(|i| {
+                let r = i * rows / CHOICE_ROWS;
+                sample[r * w..(r + 1) * w].iter().copied()
+            })
+            .collect();
+        &thinned[..]
+    } else {
+        sample
+    };
     let plain = decoded(&sketch::encode(sample, plain_scales), w, plain_scales, None);
     let plain_recall = ranking_recall(sample, &plain, w);
     if force == Some(0) || sample.len() / w < 2 * ROWS_PER_CENTRE {

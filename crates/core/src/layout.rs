@@ -119,6 +119,12 @@ pub struct IndexView {
     /// holds), so that `z * inv_s + search_shifts[s]` is the builder's
     /// `(z - b) * inv_s + shift` without a load of the bias.
     pub search_shifts: u64,
+    /// Residual sketch ([`crate::sketch::centre_term`]): `f32` centres,
+    /// `sketch_centre_count x sketch_width`; `f32` scale multiplier per
+    /// centre; `u16` centre per vector. Unused when the count is 0.
+    pub sketch_centres: u64,
+    pub sketch_centre_scales: u64,
+    pub sketch_centre_ids: u64,
     pub n: u32,
     /// Stored dimension (the rerank vectors').
     pub dim: u32,
@@ -134,6 +140,9 @@ pub struct IndexView {
     pub width: u32,
     pub vectors_f16: u32,
     pub n_seeds: u32,
+    /// Residual sketch centres `K` (0: a plain sketch).
+    pub sketch_centre_count: u32,
+    pub _pad: u32,
 }
 
 // SAFETY: repr(C), integers, floats and u64 device addresses only.
@@ -362,6 +371,9 @@ pub struct SearchSmem {
     pub hits_by_spacing: u32,
     /// `u32` start points of a wave, `start_points`.
     pub starts: u32,
+    /// `(f32, f32)` per residual sketch centre: its term and step for this
+    /// query ([`crate::sketch::centre_estimate`]), `sketch_centre_count`.
+    pub centres: u32,
     /// Shared-memory bytes.
     pub total: u32,
     /// Bytes of the large arrays (in shared memory, or per query in the
@@ -395,7 +407,8 @@ impl SearchSmem {
         let hits = align_up(query + 4 * index.dim, 16);
         let hits_by_spacing = hits + 4 * index.copies;
         let starts = hits_by_spacing + 4 * index.copies * index.spacings;
-        let total = align_up(starts + 4 * batch.start_points, 16);
+        let centres = align_up(starts + 4 * batch.start_points, 16);
+        let total = align_up(centres + 8 * index.sketch_centre_count, 16);
         Self {
             counters,
             buf,
@@ -407,6 +420,7 @@ impl SearchSmem {
             hits,
             hits_by_spacing,
             starts,
+            centres,
             total,
             large,
             spilled,

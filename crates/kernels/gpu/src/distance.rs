@@ -7,7 +7,7 @@
 
 use crate::layout::IndexView;
 use crate::prims::*;
-use crate::sketch::{QueryScale, estimate};
+use crate::sketch::{QueryScale, centre_estimate, estimate};
 
 /// 16-byte chunks of a sketch row loaded before the first is used (96
 /// bytes); wider rows are read in further groups of this many.
@@ -15,14 +15,17 @@ const SKETCH_CHUNKS: usize = 6;
 
 /// Sketch distance estimate of vector `id` ([`crate::sketch::estimate`]):
 /// its row norm minus the query step times the integer dot product of the
-/// query's `i16` codes with the row. Rows up to 96 bytes are one group whose
-/// loads are all issued before the first is used; wider rows continue in
-/// further groups.
+/// query's `i16` codes with the row; with a residual sketch
+/// ([`crate::sketch::centre_estimate`]) the term and step of its centre from
+/// `centres` (the query's table in shared memory). Rows up to 96 bytes are
+/// one group whose loads are all issued before the first is used; wider
+/// rows continue in further groups.
 #[inline(always)]
 pub(crate) unsafe fn sketch_distance(
     ix: &IndexView,
     codes: *const u32,
     scale: QueryScale,
+    centres: *const f32,
     id: u32,
 ) -> f32 {
     let w = ix.sketch_width as usize;
@@ -38,7 +41,14 @@ pub(crate) unsafe fn sketch_distance(
             dot = sketch_group(row, codes, group, w, dot);
             group += 16 * SKETCH_CHUNKS;
         }
-        estimate(norm, scale, dot)
+        if ix.sketch_centre_count > 0 {
+            // SAFETY: ids hold n values below the count; the table holds
+            // two values per centre.
+            let c = *(ix.sketch_centre_ids as *const u16).add(id as usize) as usize;
+            centre_estimate(norm, *centres.add(2 * c), *centres.add(2 * c + 1), dot)
+        } else {
+            estimate(norm, scale, dot)
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use crate::distance::{exact_distance, exact_group_lanes};
 use crate::fragments::{find_fragments, fragment_key_of};
 use crate::layout::*;
 use crate::prims::*;
-use crate::sketch::QueryScale;
+use crate::sketch::{QueryScale, centre_term_step};
 use crate::visit::{Counts, Round};
 
 /// Mark the first `s_max` entries of `buf[..nbest]` whose low word has none
@@ -367,10 +367,34 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
             *codes.add(j as usize) = scale.code(sketch_a(j), w);
             j += TH;
         }
+        // The residual sketch's table: per centre its term (summed in the
+        // order the CPU sums it) and step; first read after the same barrier.
+        let centres = base.add(lay.centres as usize) as *mut f32;
+        let mut c = t;
+        while c < ix.sketch_centre_count {
+            let centre = (ix.sketch_centres as *const f32).add((c * w) as usize);
+            let mut term = 0.0f32;
+            let mut j = 0;
+            while j < w {
+                let pc = if j < m {
+                    *(bt.pcs as *const f32).add((qi * bt.pcs_stride + j) as usize)
+                        - *(ix.basis_bias as *const f32).add(j as usize)
+                } else {
+                    0.0
+                };
+                term = centre_term_step(term, *centre.add(j as usize), pc);
+                j += 1;
+            }
+            *centres.add(2 * c as usize) = term;
+            *centres.add(2 * c as usize + 1) =
+                scale.two_step * *(ix.sketch_centre_scales as *const f32).add(c as usize);
+            c += TH;
+        }
         let round = Round {
             ix: &ix,
             codes: codes as *const u32,
             scale,
+            centres: centres as *const f32,
             hash,
             slots: bt.hash_slots,
             global: SPILLED,

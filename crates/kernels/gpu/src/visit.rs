@@ -82,6 +82,8 @@ pub(crate) struct Round<'a> {
     /// The query's `i16` sketch codes, two per word.
     pub(crate) codes: *const u32,
     pub(crate) scale: QueryScale,
+    /// The query's residual sketch table (`SearchSmem::centres`).
+    pub(crate) centres: *const f32,
     pub(crate) hash: *mut u32,
     /// Slots of the visited set (`BatchView::hash_slots`).
     pub(crate) slots: u32,
@@ -160,7 +162,7 @@ impl Round<'_> {
             let mut i = t;
             while i < n {
                 let id = *self.fresh.add(i as usize);
-                let d = sketch_distance(self.ix, self.codes, self.scale, id);
+                let d = sketch_distance(self.ix, self.codes, self.scale, self.centres, id);
                 counts.sketch += 1;
                 if f32_order_key(d) < threshold {
                     let pos = add_shared(self.count, 1);

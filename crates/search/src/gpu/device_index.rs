@@ -234,6 +234,9 @@ impl DeviceIndex {
         let sketch_at = parts.put(gpu, raw.sketch())?;
         let scales_at = parts.put(gpu, raw.sketch_scales())?;
         let norms_at = parts.put(gpu, &index.engine.sketch_norms)?;
+        let centres_at = parts.put(gpu, raw.sketch_centres())?;
+        let centre_scales_at = parts.put(gpu, raw.sketch_centre_scales())?;
+        let centre_ids_at = parts.put(gpu, raw.sketch_centre_ids())?;
         let (vectors_at, f16) = match raw.vectors() {
             RerankView::F16(v) => {
                 let at = parts.put(gpu, bytemuck::cast_slice::<_, u16>(v))?;
@@ -294,6 +297,9 @@ impl DeviceIndex {
             seeds: seeds_at,
             basis_bias: basis_bias_at,
             search_shifts: search_shifts_at,
+            sketch_centres: centres_at,
+            sketch_centre_scales: centre_scales_at,
+            sketch_centre_ids: centre_ids_at,
             n: raw.len() as u32,
             dim: raw.dim() as u32,
             copies: map.copies as u32,
@@ -306,6 +312,8 @@ impl DeviceIndex {
             width: map.width() as u32,
             vectors_f16: f16,
             n_seeds: seeds.len() as u32,
+            sketch_centre_count: raw.sketch_centre_scales().len() as u32,
+            _pad: 0,
         };
         let bytes = parts.bytes + 4 * projection_floats as u64;
         Ok(Self {

@@ -29,6 +29,14 @@ pub const PASS2_START_POINTS: usize = 16;
 /// sketch-ranked passes missed some, for about a tenth of pass 2's time
 /// (docs/RESULTS.md, "Any data").
 pub const JOIN_ROUNDS: usize = 1;
+/// A third, deeper pass runs where the forward lists after pass 2 hold less
+/// than this share of a sample's exact nearest neighbours
+/// ([`crate::check::row_recall`]): data of high intrinsic dimension (within
+/// a cluster or overall), where two cheap passes leave rows short.
+pub const DEEP_PASS_BELOW: f64 = 0.97;
+/// Start points and waves of the deeper pass.
+pub const DEEP_PASS_START_POINTS: usize = 48;
+pub const DEEP_PASS_WAVES: usize = 3;
 /// Base vectors searched per call (progress granularity).
 const CHUNK: usize = 16_384;
 
@@ -127,9 +135,35 @@ pub fn rows_by_search(
     };
     let (mut ids, mut dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
     drop(second);
+    join(x, dim, &mut ids, &mut dists, k);
+    let sample = crate::pca::sample_rows(n, crate::check::ROW_CHECK_SAMPLE, 0x7e57);
+    let recall = crate::check::row_recall(x, dim, &ids, k, &sample);
+    tracing::info!(recall, "forward lists after pass 2");
+    if recall < DEEP_PASS_BELOW {
+        parts.rows = assemble(&ids, &dists, k, shape);
+        let third = octex_search::Index::new(Index::from_parts(parts.clone())?);
+        let p3 = SearchParams {
+            start_points: DEEP_PASS_START_POINTS,
+            waves: DEEP_PASS_WAVES,
+            ..p2
+        };
+        pb.restart(pb.total() + n as u64, pb.position());
+        let (ids3, dists3) = one_pass(&third, gpu, x, dim, k, &p3, pb)?;
+        drop(third);
+        merge_lists(&mut ids, &mut dists, &ids3, &dists3, k);
+        join(x, dim, &mut ids, &mut dists, k);
+        tracing::info!(
+            recall = crate::check::row_recall(x, dim, &ids, k, &sample),
+            "forward lists after the deeper pass"
+        );
+    }
+    Ok(assemble(&ids, &dists, k, shape))
+}
+
+fn join(x: &[f32], dim: usize, ids: &mut [u32], dists: &mut [f32], k: usize) {
     for round in 0..JOIN_ROUNDS {
         let t = std::time::Instant::now();
-        let changed = crate::refine::join_round(x, dim, &mut ids, &mut dists, k, &|_| {});
+        let changed = crate::refine::join_round(x, dim, ids, dists, k, &|_| {});
         tracing::info!(
             round,
             changed,
@@ -137,7 +171,32 @@ pub fn rows_by_search(
             "row join round"
         );
     }
-    Ok(assemble(&ids, &dists, k, shape))
+}
+
+/// Each vector's `k` nearest of its two forward lists (`n x k`, nearest
+/// first, padded with `PAD_ID`), without repeats, into the first.
+fn merge_lists(ids: &mut [u32], dists: &mut [f32], ids2: &[u32], dists2: &[f32], k: usize) {
+    use rayon::prelude::*;
+    ids.par_chunks_mut(k)
+        .zip(dists.par_chunks_mut(k))
+        .zip(ids2.par_chunks(k).zip(dists2.par_chunks(k)))
+        .for_each(|((a, da), (b, db))| {
+            let mut all: Vec<(f32, u32)> = da
+                .iter()
+                .zip(a.iter())
+                .chain(db.iter().zip(b))
+                .filter(|(_, &id)| id != PAD_ID)
+                .map(|(&d, &id)| (d, id))
+                .collect();
+            all.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            let mut seen = std::collections::HashSet::with_capacity(all.len());
+            all.retain(|e| seen.insert(e.1));
+            for j in 0..k {
+                let (d, id) = all.get(j).copied().unwrap_or((f32::INFINITY, PAD_ID));
+                a[j] = id;
+                da[j] = d;
+            }
+        });
 }
 
 /// One pass of forward lists, on the GPU when `gpu` and the GPU takes the

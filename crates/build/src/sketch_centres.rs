@@ -21,7 +21,7 @@ const ROWS_PER_CENTRE: usize = 32;
 /// Lloyd iterations after the k-means++ seeding.
 const LLOYD_ITERATIONS: usize = 8;
 /// Sample vectors whose neighbours are ranked ([`ranking_recall`]).
-const PROBES: usize = 256;
+const PROBES: usize = 128;
 /// Nearest neighbours a probe should find among the sketch's best
 /// [`RANK_KEEP`].
 const RANK_WANT: usize = 10;
@@ -273,7 +273,10 @@ pub fn choose(sample: &[f32], w: usize, plain_scales: &[f32], seed: u64, force: 
     };
     let plain = decoded(&sketch::encode(sample, plain_scales), w, plain_scales, None);
     let plain_recall = ranking_recall(sample, &plain, w);
-    if force == Some(0) || sample.len() / w < 2 * ROWS_PER_CENTRE {
+    // Where one grid already ranks within MIN_GAIN of perfectly, centres
+    // cannot win by it: no k-means.
+    let cannot_gain = force.is_none() && plain_recall > 1.0 - MIN_GAIN;
+    if force == Some(0) || cannot_gain || sample.len() / w < 2 * ROWS_PER_CENTRE {
         return Choice {
             centres: None,
             plain_recall,

@@ -94,6 +94,8 @@ pub(crate) struct Engine {
     /// Each vector's sketch row norm ([`octex_core::sketch::row_norm`]),
     /// computed once at load; the GPU backend uploads this same table.
     pub sketch_norms: Vec<f32>,
+    /// Residual sketch centres (0: a plain sketch).
+    pub sketch_centres: usize,
     pub row_len: usize,
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
@@ -107,9 +109,9 @@ pub(crate) struct Engine {
 pub(crate) struct SketchQuery<'a> {
     pub codes: &'a [i16],
     pub scale: QueryScale,
-    /// With a residual sketch, per centre its [`centre_term`] and the
-    /// query's step times the centre's scale; empty otherwise.
-    pub centres: &'a [(f32, f32)],
+    /// With a residual sketch, the query's first `w` principal coordinates
+    /// (for [`centre_term`]); empty otherwise.
+    pub coords: &'a [f32],
 }
 
 /// The sketch codes of a batch of queries ([`Engine::sketch_queries`]).
@@ -117,17 +119,17 @@ pub(crate) struct SketchQuery<'a> {
 pub(crate) struct SketchQueries {
     codes: Vec<i16>,
     scales: Vec<QueryScale>,
-    centres: Vec<(f32, f32)>,
+    coords: Vec<f32>,
 }
 
 impl SketchQueries {
     /// Query `i`'s code, width `w`.
     pub fn get(&self, i: usize, w: usize) -> SketchQuery<'_> {
-        let k = self.centres.len() / self.scales.len().max(1);
+        let c = if self.coords.is_empty() { 0 } else { w };
         SketchQuery {
             codes: &self.codes[i * w..(i + 1) * w],
             scale: self.scales[i],
-            centres: &self.centres[i * k..(i + 1) * k],
+            coords: &self.coords[i * c..(i + 1) * c],
         }
     }
 }
@@ -197,6 +199,9 @@ pub(crate) struct Scratch {
     still: Vec<u32>,
     qkeys: Vec<u64>,
     hits: Vec<u32>,
+    /// The current query's residual sketch terms and steps per centre
+    /// ([`centre_estimate`]), NaN until first needed.
+    centre_terms: Vec<(f32, f32)>,
     pub stats: SearchStats,
 }
 
@@ -220,6 +225,7 @@ impl Scratch {
             still: Vec::with_capacity(engine.map.copies),
             qkeys: vec![0; engine.map.copies],
             hits: Vec::with_capacity(engine.map.copies),
+            centre_terms: vec![(f32::NAN, 0.0); engine.sketch_centres],
             stats: SearchStats::default(),
         }
     }
@@ -236,6 +242,7 @@ impl Engine {
             exact_f16,
             sketch_width: h.sketch_width as usize,
             sketch_norms: sketch_norms(index),
+            sketch_centres: index.sketch_centre_scales().len(),
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),
@@ -251,25 +258,18 @@ impl Engine {
         let m = self.map.basis_dim;
         let w = self.sketch_width;
         let scales = index.sketch_scales();
-        let (centres, steps) = (index.sketch_centres(), index.sketch_centre_scales());
+        let residual = !index.sketch_centre_scales().is_empty();
         q.codes.clear();
         q.scales.clear();
-        q.centres.clear();
-        let mut coords = vec![0f32; w];
+        q.coords.clear();
         for r in pcs.chunks_exact(m) {
             let a = |j: usize| if j < m { r[j] * scales[j] } else { 0.0 };
             let amax = (0..w).fold(0.0f32, |mx, j| mx.max(a(j).abs()));
             let scale = QueryScale::new(amax, w as u32);
             q.codes.extend((0..w).map(|j| scale.code(a(j), w as u32)));
             q.scales.push(scale);
-            if !steps.is_empty() {
-                coords.iter_mut().enumerate().for_each(|(j, c)| *c = if j < m { r[j] } else { 0.0 });
-                q.centres.extend(
-                    centres
-                        .chunks_exact(w)
-                        .zip(steps)
-                        .map(|(c, &g)| (centre_term(c, &coords), scale.two_step * g)),
-                );
+            if residual {
+                q.coords.extend((0..w).map(|j| if j < m { r[j] } else { 0.0 }));
             }
         }
     }
@@ -297,10 +297,20 @@ impl Engine {
                 prefetch_at(&norms[ahead as usize]);
             }
             let dot = (self.kernel)(qs.codes, row(id));
-            let d = if qs.centres.is_empty() {
+            let d = if qs.coords.is_empty() {
                 estimate(norms[id as usize], qs.scale, dot)
             } else {
-                let (term, step) = qs.centres[ids[id as usize] as usize];
+                // A centre's term is computed when one of its vectors is
+                // first ranked (a query meets a few of the centres).
+                let c = ids[id as usize] as usize;
+                if s.centre_terms[c].0.is_nan() {
+                    let centre = &index.sketch_centres()[c * w..(c + 1) * w];
+                    s.centre_terms[c] = (
+                        centre_term(centre, qs.coords),
+                        qs.scale.two_step * index.sketch_centre_scales()[c],
+                    );
+                }
+                let (term, step) = s.centre_terms[c];
                 centre_estimate(norms[id as usize], term, step, dot)
             };
             s.cand.push(Cand {
@@ -436,6 +446,7 @@ impl Engine {
         s.best.clear();
         s.ranked.clear();
         s.fresh.clear();
+        s.centre_terms.fill((f32::NAN, 0.0));
         s.stats.queries += 1;
 
         // First round, level by level from the finest spacing: decode every

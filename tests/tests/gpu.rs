@@ -710,6 +710,9 @@ fn residual_sketches_agree_between_cpu_and_gpu() {
         assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
         let same = cpu.ids.iter().zip(&gpu.ids).filter(|(a, b)| a == b).count() as f64
             / cpu.ids.len() as f64;
-        assert!(same >= 0.98, "rerank {rerank}: {same} of the ids in place agree");
+        assert!(
+            same >= 0.98,
+            "rerank {rerank}: {same} of the ids in place agree"
+        );
     }
 }

@@ -77,11 +77,15 @@ fn centres_survive_a_save_and_damage_is_refused() {
     // A centre id out of range, a zero centre scale: refused at load.
     let mut parts = octex_index::Index::load(&path).unwrap().to_parts();
     parts.sketch_centre_ids[3] = k as u16;
-    let err = octex_index::Index::from_parts(parts).unwrap_err().to_string();
+    let err = octex_index::Index::from_parts(parts)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("centre id"), "{err}");
     let mut parts = octex_index::Index::load(&path).unwrap().to_parts();
     parts.sketch_centre_scales[0] = 0.0;
-    let err = octex_index::Index::from_parts(parts).unwrap_err().to_string();
+    let err = octex_index::Index::from_parts(parts)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("centre's scale"), "{err}");
     let mut parts = octex_index::Index::load(&path).unwrap().to_parts();
     parts.sketch_centre_ids.pop();

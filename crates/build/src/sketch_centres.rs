@@ -76,7 +76,10 @@ pub fn assign(coords: &[f32], w: usize, centres: &[f32]) -> Vec<u16> {
                 let best = s
                     .iter()
                     .enumerate()
-                    .fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+                    .fold(
+                        (0, f32::NEG_INFINITY),
+                        |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+                    );
                 *id = best.0 as u16;
             }
         });
@@ -94,10 +97,13 @@ pub fn fit_centres(sample: &[f32], w: usize, seed: u64) -> Vec<f32> {
     let mut rng = octex_lattice::GaussianRng::new(seed, 0x5ce7);
     let mut centres: Vec<f32> = row((rng.next_u64() % rows as u64) as usize).to_vec();
     let first = centres.clone();
-    let mut nearest: Vec<f32> = (0..rows).into_par_iter().map(|r| dist(row(r), &first)).collect();
+    let mut nearest: Vec<f32> = (0..rows)
+        .into_par_iter()
+        .map(|r| dist(row(r), &first))
+        .collect();
     while centres.len() / w < k {
         let total: f64 = nearest.iter().map(|&d| d as f64).sum();
-        if !(total > 0.0) {
+        if total.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             break; // every row sits on a centre already
         }
         let mut u = rng.uniform() * total;
@@ -123,7 +129,10 @@ pub fn fit_centres(sample: &[f32], w: usize, seed: u64) -> Vec<f32> {
         let mut counts = vec![0usize; k];
         for (r, &c) in ids.iter().enumerate() {
             counts[c as usize] += 1;
-            for (s, &v) in sums[c as usize * w..(c as usize + 1) * w].iter_mut().zip(row(r)) {
+            for (s, &v) in sums[c as usize * w..(c as usize + 1) * w]
+                .iter_mut()
+                .zip(row(r))
+            {
                 *s += v as f64;
             }
         }
@@ -157,7 +166,11 @@ pub fn fit(sample: &[f32], w: usize, centres: Vec<f32>, ids: &[u16]) -> Centres 
             }
             let q = ((m.len() as f64 * 0.9995) as usize).min(m.len() - 1);
             let v = *m.select_nth_unstable_by(q, f32::total_cmp).1 / 127.0;
-            if v > 0.0 && v.is_finite() { v } else { 1.0 }
+            if v > 0.0 && v.is_finite() {
+                v
+            } else {
+                1.0
+            }
         })
         .collect();
     Centres {
@@ -204,7 +217,9 @@ fn decoded(rows: &[i8], w: usize, scales: &[f32], centres: Option<(&Centres, &[u
         out.par_chunks_mut(w).zip(ids).for_each(|(r, &k)| {
             let g = c.centre_scales[k as usize];
             let centre = &c.centres[k as usize * w..(k as usize + 1) * w];
-            r.iter_mut().zip(centre).for_each(|(v, cj)| *v = cj + g * *v);
+            r.iter_mut()
+                .zip(centre)
+                .for_each(|(v, cj)| *v = cj + g * *v);
         });
     }
     out
@@ -219,18 +234,26 @@ pub fn ranking_recall(coords: &[f32], decoded: &[f32], w: usize) -> f64 {
     if rows <= RANK_KEEP {
         return 1.0;
     }
-    let probes: Vec<usize> = (0..PROBES.min(rows)).map(|i| i * rows / PROBES.min(rows)).collect();
+    let probes: Vec<usize> = (0..PROBES.min(rows))
+        .map(|i| i * rows / PROBES.min(rows))
+        .collect();
     let row = |a: &[f32], r: usize| a[r * w..(r + 1) * w].to_vec();
     let hits: usize = probes
         .par_iter()
         .map(|&p| {
             let q = row(coords, p);
             let d2 = |a: &[f32], r: usize| {
-                a[r * w..(r + 1) * w].iter().zip(&q).map(|(x, y)| (x - y) * (x - y)).sum::<f32>()
+                a[r * w..(r + 1) * w]
+                    .iter()
+                    .zip(&q)
+                    .map(|(x, y)| (x - y) * (x - y))
+                    .sum::<f32>()
             };
             let nearest = |a: &[f32], keep: usize| {
-                let mut d: Vec<(f32, usize)> =
-                    (0..rows).filter(|&r| r != p).map(|r| (d2(a, r), r)).collect();
+                let mut d: Vec<(f32, usize)> = (0..rows)
+                    .filter(|&r| r != p)
+                    .map(|r| (d2(a, r), r))
+                    .collect();
                 d.select_nth_unstable_by(keep, |x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
                 d.truncate(keep);
                 d.into_iter().map(|e| e.1).collect::<Vec<usize>>()
@@ -257,7 +280,13 @@ pub struct Choice {
 /// keep it where it ranks the sample's neighbours better than the plain
 /// sketch with `plain_scales` by [`MIN_GAIN`]; `force` (a number of
 /// centres asked for: 0 never, else always) overrides the measurement.
-pub fn choose(sample: &[f32], w: usize, plain_scales: &[f32], seed: u64, force: Option<usize>) -> Choice {
+pub fn choose(
+    sample: &[f32],
+    w: usize,
+    plain_scales: &[f32],
+    seed: u64,
+    force: Option<usize>,
+) -> Choice {
     let rows = sample.len() / w;
     let thinned: Vec<f32>;
     let sample = if rows > CHOICE_ROWS {
@@ -309,7 +338,11 @@ mod tests {
         let mut normal = || rng.normal() as f32;
         let mut sample = Vec::new();
         for r in 0..4000 {
-            let (centre, spread) = if r % 2 == 0 { (10.0, 0.01) } else { (-10.0, 1.0) };
+            let (centre, spread) = if r % 2 == 0 {
+                (10.0, 0.01)
+            } else {
+                (-10.0, 1.0)
+            };
             for _ in 0..w {
                 sample.push(centre + spread * normal());
             }
@@ -317,13 +350,21 @@ mod tests {
         let scales = sketch::fit_scales(&sample, w);
         let choice = choose(&sample, w, &scales, 1, None);
         assert!(choice.plain_recall < 0.8, "{choice:?}");
-        assert!(choice.residual_recall > 0.95, "{:?}", choice.residual_recall);
+        assert!(
+            choice.residual_recall > 0.95,
+            "{:?}",
+            choice.residual_recall
+        );
         let c = choice.centres.expect("kept");
         assert!(c.len() >= 2 && c.centre_scales.iter().all(|&g| g > 0.0));
         // Uniform data ranks as well either way: the plain sketch stays.
         let uniform: Vec<f32> = (0..4000 * w).map(|_| normal()).collect();
         let scales = sketch::fit_scales(&uniform, w);
         let choice = choose(&uniform, w, &scales, 1, None);
-        assert!(choice.centres.is_none(), "{:?}", (choice.plain_recall, choice.residual_recall));
+        assert!(
+            choice.centres.is_none(),
+            "{:?}",
+            (choice.plain_recall, choice.residual_recall)
+        );
     }
 }

@@ -226,8 +226,14 @@ pub(crate) fn structure(
             }
         }
     })?;
-    let (sketch_rows, sketch_scales, sketch_centres, sketch_centre_scales, sketch_centre_ids, ranking) =
-        sketch;
+    let (
+        sketch_rows,
+        sketch_scales,
+        sketch_centres,
+        sketch_centre_scales,
+        sketch_centre_ids,
+        ranking,
+    ) = sketch;
     report.sketch_ranking = Some(ranking);
     report.sketch_centres = sketch_centre_scales.len();
     // Frees the device copy (without the `gpu` feature there is none).

@@ -190,11 +190,15 @@ mod tests {
         let centre: Vec<f32> = (0..w).map(|j| 4.0 - 0.3 * j as f32).collect();
         let gamma = 0.25f32;
         let row: Vec<i8> = (0..w).map(|j| (j as i32 * 53 % 255 - 127) as i8).collect();
-        let q: Vec<f32> = (0..w).map(|j| 3.9 - 0.31 * j as f32 + 0.01 * (j % 3) as f32).collect();
+        let q: Vec<f32> = (0..w)
+            .map(|j| 3.9 - 0.31 * j as f32 + 0.01 * (j % 3) as f32)
+            .collect();
         let a: Vec<f32> = (0..w).map(|j| q[j] * sig[j]).collect();
         let amax = a.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let s = QueryScale::new(amax, w as u32);
-        let dot: i32 = (0..w).map(|j| s.code(a[j], w as u32) as i32 * row[j] as i32).sum();
+        let dot: i32 = (0..w)
+            .map(|j| s.code(a[j], w as u32) as i32 * row[j] as i32)
+            .sum();
         let q2: f32 = q.iter().map(|v| v * v).sum();
         let est = centre_estimate(
             residual_row_norm(&row, &sig, &centre, gamma),

@@ -269,7 +269,8 @@ impl Engine {
             q.codes.extend((0..w).map(|j| scale.code(a(j), w as u32)));
             q.scales.push(scale);
             if residual {
-                q.coords.extend((0..w).map(|j| if j < m { r[j] } else { 0.0 }));
+                q.coords
+                    .extend((0..w).map(|j| if j < m { r[j] } else { 0.0 }));
             }
         }
     }

@@ -268,7 +268,9 @@ impl Index {
             .iter()
             .all(|&g| g > 0.0 && g.is_finite())
         {
-            return Err(index.invalid("a sketch centre's scale is not a positive finite number".into()));
+            return Err(
+                index.invalid("a sketch centre's scale is not a positive finite number".into())
+            );
         }
         if index
             .sketch_centre_ids()

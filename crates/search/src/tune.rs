@@ -137,6 +137,25 @@ pub fn rebuild_advice(index: &Index, reached: f64, target: f64) -> String {
     )
 }
 
+/// One point measured on a sample ([`Sample::recall`]).
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    recall: f64,
+    /// Standard error of `recall` over the sample's queries.
+    error: f64,
+    cost: f64,
+}
+
+impl Measured {
+    /// Passes when the recall reaches `required` and stays at or above the
+    /// target one standard error down: where a query's recall is nearly all
+    /// or nothing (its first round finds its cluster or not), a sample's
+    /// mean scatters far more than the fixed margin allows for.
+    fn passes(&self, required: f64, target: f64) -> bool {
+        self.recall >= required && self.recall - self.error >= target
+    }
+}
+
 /// The tuning sample of an index: queries and their exact neighbours.
 struct Sample {
     queries: Vec<f32>,
@@ -145,19 +164,27 @@ struct Sample {
 }
 
 impl Sample {
-    fn recall(&self, index: &Index, p: &SearchParams) -> Result<(f64, f64), SearchError> {
+    /// Recall@k of `p` on the sample, its standard error (the spread of
+    /// the queries' own recalls over the square root of their number), and
+    /// the cost per query.
+    fn recall(&self, index: &Index, p: &SearchParams) -> Result<Measured, SearchError> {
         let res = index.search_stored(&self.queries, self.k, p)?;
         let nq = res.len();
-        let hits: usize = (0..nq)
+        let per_query: Vec<f64> = (0..nq)
             .map(|qi| {
                 let truth = &self.truth[qi * self.k..(qi + 1) * self.k];
-                res.ids(qi).iter().filter(|id| truth.contains(id)).count()
+                let hits = res.ids(qi).iter().filter(|id| truth.contains(id)).count();
+                hits as f64 / self.k.max(1) as f64
             })
-            .sum();
-        Ok((
-            hits as f64 / (nq * self.k).max(1) as f64,
-            cost_per_query(index, &res.stats),
-        ))
+            .collect();
+        let mean = per_query.iter().sum::<f64>() / nq.max(1) as f64;
+        let var = per_query.iter().map(|r| (r - mean).powi(2)).sum::<f64>()
+            / nq.saturating_sub(1).max(1) as f64;
+        Ok(Measured {
+            recall: mean,
+            error: (var / nq.max(1) as f64).sqrt(),
+            cost: cost_per_query(index, &res.stats),
+        })
     }
 }
 
@@ -252,27 +279,27 @@ impl Index {
                 rerank: rerank.max(k),
                 wave_rerank: false,
             };
-            let mut measure = |s: usize| -> Result<(f64, f64), SearchError> {
-                let (r, c) = tune.recall(self, &at(s))?;
-                if r > best_seen.1 {
-                    best_seen = (at(s), r, c);
+            let mut measure = |s: usize| -> Result<Measured, SearchError> {
+                let m = tune.recall(self, &at(s))?;
+                if m.recall > best_seen.1 {
+                    best_seen = (at(s), m.recall, m.cost);
                 }
-                Ok((r, c))
+                Ok(m)
             };
             let mut s = 0;
             let found = loop {
-                let (r, c) = measure(s)?;
-                if r >= required {
+                let m = measure(s)?;
+                if m.passes(required, target) {
                     // One step back, when it was skipped.
                     if s % 2 == 0 && s > 0 {
-                        let (r1, c1) = measure(s - 1)?;
-                        if r1 >= required {
-                            break Some((c1, at(s - 1), r1));
+                        let m1 = measure(s - 1)?;
+                        if m1.passes(required, target) {
+                            break Some((m1.cost, at(s - 1), m1.recall));
                         }
                     }
-                    break Some((c, at(s), r));
+                    break Some((m.cost, at(s), m.recall));
                 }
-                if c >= cheapest || s + 1 >= START_POINTS.len() {
+                if m.cost >= cheapest || s + 1 >= START_POINTS.len() {
                     break None;
                 }
                 s = (s + 2).min(START_POINTS.len() - 1);
@@ -284,7 +311,7 @@ impl Index {
         }
         passing.sort_by(|a, b| a.0.total_cmp(&b.0));
         for (cost, params, sample_recall) in passing {
-            let (held_out_recall, _) = held.recall(self, &params)?;
+            let held_out_recall = held.recall(self, &params)?.recall;
             if held_out_recall >= required.min(target + TUNE_MARGIN) {
                 return Ok(Tuned {
                     target,
@@ -297,7 +324,7 @@ impl Index {
             }
         }
         let (params, sample_recall, cost) = best_seen;
-        let (held_out_recall, _) = held.recall(self, &params)?;
+        let held_out_recall = held.recall(self, &params)?.recall;
         Ok(Tuned {
             target,
             params,
@@ -319,8 +346,8 @@ impl Index {
         let (_, held) = self.tuning_samples(k);
         let deepest = deepest_params(self.raw.header().list_len as usize).for_k(k);
         Ok(Reach {
-            default_recall: held.recall(self, &SearchParams::default().for_k(k))?.0,
-            best_recall: held.recall(self, &deepest)?.0,
+            default_recall: held.recall(self, &SearchParams::default().for_k(k))?.recall,
+            best_recall: held.recall(self, &deepest)?.recall,
         })
     }
 
@@ -496,4 +523,24 @@ fn exact_neighbours(
         }
     }
     (out, dists)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_passes_one_standard_error_above_the_target() {
+        let m = |recall, error| Measured {
+            recall,
+            error,
+            cost: 1.0,
+        };
+        // Queries that agree: the fixed margin decides.
+        assert!(m(0.953, 0.001).passes(0.952, 0.95));
+        assert!(!m(0.951, 0.0005).passes(0.952, 0.95));
+        // All-or-nothing queries: 0.954 on 256 of them is not 0.95 on all.
+        assert!(!m(0.954, 0.0125).passes(0.952, 0.95));
+        assert!(m(0.963, 0.0125).passes(0.952, 0.95));
+    }
 }

@@ -329,6 +329,18 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         octex_build::check::ROW_CHECK_K,
         octex_build::check::ROW_CHECK_SAMPLE
     );
+    if let Some(rs) = r.row_search {
+        match rs.deep_pass_recall {
+            Some(deep) => println!(
+                "  rows by search: forward lists held {:.4} of the sample's exact neighbours after two passes, {deep:.4} after a deeper third",
+                rs.pass2_recall
+            ),
+            None => println!(
+                "  rows by search: forward lists held {:.4} of the sample's exact neighbours after two passes",
+                rs.pass2_recall
+            ),
+        }
+    }
     if let (Some(f16), Some(p)) = (r.f16_recall, &r.params) {
         println!(
             "  rerank vectors: {:?} (exact search over f16 vectors finds {f16:.4} of the exact {} nearest)",

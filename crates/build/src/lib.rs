@@ -162,6 +162,9 @@ pub struct BuildReport {
     /// Share of the exact nearest neighbours of sample vectors that their
     /// neighbour rows hold ([`check::row_recall`]).
     pub row_recall: f64,
+    /// Rows by search: the forward lists' recall after pass 2 and after the
+    /// deeper pass, where one ran.
+    pub row_search: Option<search_rows::RowSearchReport>,
     /// Share of a sample's exact neighbours an exact search over f16 vectors
     /// finds ([`check::f16_recall`]); measured when the precision is chosen.
     pub f16_recall: Option<f64>,
@@ -434,9 +437,13 @@ pub fn build_with_progress(
                     });
                 rows::assemble(&ids, &dists, k_fwd, shape)
             }),
-            None => report.phase("rows_search", || {
-                search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb, gpu.is_some())
-            })?,
+            None => {
+                let (rows, searched) = report.phase("rows_search", || {
+                    search_rows::rows_by_search(&mut parts, x, sdim, shape, &pb, gpu.is_some())
+                })?;
+                report.row_search = Some(searched);
+                rows
+            }
         };
         pb.finish();
         report.row_recall = report.phase("row_check", || {

@@ -97,6 +97,15 @@ fn searcher(index: &octex_search::Index, gpu: bool) -> Result<BackendSearcher, B
         })
 }
 
+/// What [`rows_by_search`] measured: the share of a sample's exact
+/// neighbours the forward lists held after pass 2, and after the deeper
+/// pass where one ran.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RowSearchReport {
+    pub pass2_recall: f64,
+    pub deep_pass_recall: Option<f64>,
+}
+
 /// Rows for `parts` (whose rows are ignored) over stored vectors `x`, the
 /// searches on the GPU when `gpu`.
 pub fn rows_by_search(
@@ -106,7 +115,7 @@ pub fn rows_by_search(
     shape: RowShape,
     pb: &Stage,
     gpu: bool,
-) -> Result<Vec<u32>, BuildError> {
+) -> Result<(Vec<u32>, RowSearchReport), BuildError> {
     let n = x.len() / dim;
     let lt = shape.row_len;
     let k = shape.candidates.max(lt).min(n.saturating_sub(1)).max(1);
@@ -139,6 +148,10 @@ pub fn rows_by_search(
     let sample = crate::pca::sample_rows(n, crate::check::ROW_CHECK_SAMPLE, 0x7e57);
     let recall = crate::check::row_recall(x, dim, &ids, k, &sample);
     tracing::info!(recall, "forward lists after pass 2");
+    let mut report = RowSearchReport {
+        pass2_recall: recall,
+        deep_pass_recall: None,
+    };
     if recall < DEEP_PASS_BELOW {
         parts.rows = assemble(&ids, &dists, k, shape);
         let third = octex_search::Index::new(Index::from_parts(parts.clone())?);
@@ -152,12 +165,11 @@ pub fn rows_by_search(
         drop(third);
         merge_lists(&mut ids, &mut dists, &ids3, &dists3, k);
         join(x, dim, &mut ids, &mut dists, k);
-        tracing::info!(
-            recall = crate::check::row_recall(x, dim, &ids, k, &sample),
-            "forward lists after the deeper pass"
-        );
+        let recall = crate::check::row_recall(x, dim, &ids, k, &sample);
+        tracing::info!(recall, "forward lists after the deeper pass");
+        report.deep_pass_recall = Some(recall);
     }
-    Ok(assemble(&ids, &dists, k, shape))
+    Ok((assemble(&ids, &dists, k, shape), report))
 }
 
 fn join(x: &[f32], dim: usize, ids: &mut [u32], dists: &mut [f32], k: usize) {

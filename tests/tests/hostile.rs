@@ -12,9 +12,16 @@ use octex_tests::{clustered, mutated_files, mutated_headers, test_params};
 
 const DIM: usize = 16;
 
+/// A small index with a residual sketch, so that mutations reach its
+/// centre sections as well.
 fn small(metric: Metric) -> (RawIndex, Vec<f32>) {
     let base = clustered(2_000, DIM, 8, 3);
-    let built = build(&base, DIM, metric, &test_params()).unwrap();
+    let params = octex_build::BuildParams {
+        sketch_centres: Some(1),
+        ..test_params()
+    };
+    let built = build(&base, DIM, metric, &params).unwrap();
+    assert!(!built.index.sketch_centre_ids().is_empty());
     (built.index, clustered(20, DIM, 8, 4))
 }
 

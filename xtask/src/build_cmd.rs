@@ -330,16 +330,17 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
         octex_build::check::ROW_CHECK_SAMPLE
     );
     if let Some(rs) = r.row_search {
-        match rs.deep_pass_recall {
-            Some(deep) => println!(
-                "  rows by search: forward lists held {:.4} of the sample's exact neighbours after two passes, {deep:.4} after a deeper third",
-                rs.pass2_recall
-            ),
-            None => println!(
-                "  rows by search: forward lists held {:.4} of the sample's exact neighbours after two passes",
-                rs.pass2_recall
-            ),
-        }
+        let third = match (rs.deep_pass_trial, rs.deep_pass_recall) {
+            (_, Some(deep)) => format!(", {deep:.4} after a deeper third"),
+            (Some(trial), None) => {
+                format!("; a deeper third gave the sample {trial:.4}, not run on all")
+            }
+            (None, None) => String::new(),
+        };
+        println!(
+            "  rows by search: forward lists held {:.4} of the sample's exact neighbours after two passes{third}",
+            rs.pass2_recall
+        );
     }
     if let (Some(f16), Some(p)) = (r.f16_recall, &r.params) {
         println!(

@@ -93,6 +93,16 @@ pub fn f16_recall(x: &[f32], dim: usize, sample: &[usize]) -> f64 {
 /// (`n x row_len`) hold, ties counted: a row entry at most as far as the
 /// `ROW_CHECK_K`-th exact neighbour counts as one.
 pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &[usize]) -> f64 {
+    let lists: Vec<u32> = sample
+        .iter()
+        .flat_map(|&u| rows[u * row_len..(u + 1) * row_len].iter().copied())
+        .collect();
+    lists_recall(x, dim, &lists, row_len, sample)
+}
+
+/// [`row_recall`] of lists given for the sample alone: `lists` holds
+/// `row_len` ids per sample vector, in `sample`'s order.
+pub fn lists_recall(x: &[f32], dim: usize, lists: &[u32], row_len: usize, sample: &[usize]) -> f64 {
     let n = x.len() / dim;
     let k = ROW_CHECK_K.min(n.saturating_sub(1));
     if k == 0 || sample.is_empty() {
@@ -101,11 +111,12 @@ pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &
     let hits: usize = nearest_others(x, dim, sample, k)
         .par_iter()
         .zip(sample)
-        .map(|(others, &u)| {
+        .enumerate()
+        .map(|(i, (others, &u))| {
             // The k-th nearest other vector's distance.
             let bound = others[k.min(others.len()) - 1].1;
             let xu = &x[u * dim..(u + 1) * dim];
-            let mut row: Vec<u32> = rows[u * row_len..(u + 1) * row_len]
+            let mut row: Vec<u32> = lists[i * row_len..(i + 1) * row_len]
                 .iter()
                 .copied()
                 .filter(|&v| v != PAD_ID && v as usize != u)

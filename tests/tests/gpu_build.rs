@@ -275,9 +275,9 @@ fn gpu_rows_chunked_and_reverse_lists_match() {
     let (n, d, k) = (140_000usize, 24usize, 16usize);
     let x = clustered(n, d, 200, 13);
     let pb = octex_build::progress::Stage::hidden();
-    let (ids, dists) = octex_build::gpu_rows::exact_knn(&gpu, &x, d, k, &pb).unwrap();
+    let (ids, dists) = octex_build::gpu_rows::exact_knn(&gpu, &x, d, k, true, &pb).unwrap();
     // Three chunks of 65,536 rows.
-    let (ci, cd) = octex_build::gpu_rows::exact_knn_chunked(&gpu, &x, d, k, &pb, 1).unwrap();
+    let (ci, cd) = octex_build::gpu_rows::exact_knn_chunked(&gpu, &x, d, k, true, &pb, 1).unwrap();
     let (mut same_ids, mut worst) = (0usize, 0f32);
     for r in 0..n {
         let (a, b) = (&ids[r * k..(r + 1) * k], &ci[r * k..(r + 1) * k]);

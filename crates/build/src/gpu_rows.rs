@@ -3,8 +3,11 @@
 //! coordinates (one cuBLAS product per chunk of rows) and exact neighbour rows
 //! (cuBLAS products of query blocks with base tiles and a running top-k per
 //! query, `octex_kernels::GpuBruteForce`, a self-join that skips each vector).
-//! The rows' products run on TF32 tensor cores: rows agree with the CPU's exact
-//! rows except for near-ties, and search recall is the same. A base larger
+//! The rows' products run on TF32 tensor cores where the data allows it (the
+//! build's precision check: f16 rounding, the same 10-bit mantissa, loses no
+//! sample neighbours): rows agree with the CPU's exact rows except for
+//! near-ties, and search recall is the same. Elsewhere (clusters tight
+//! against their distance from the origin) they are exact f32 products. A base larger
 //! than [`BASE_SHARE`] of free device memory goes over in chunks. Reverse
 //! entries come from one radix sort of (target, distance) pairs.
 
@@ -99,10 +102,11 @@ pub fn exact_knn(
     x: &[f32],
     d: usize,
     k: usize,
+    tf32: bool,
     pb: &Stage,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let (free, _) = g.memory_info()?;
-    exact_knn_chunked(g, x, d, k, pb, (BASE_SHARE * free as f64) as usize)
+    exact_knn_chunked(g, x, d, k, tf32, pb, (BASE_SHARE * free as f64) as usize)
 }
 
 /// [`exact_knn`] with at most `base_bytes` of base vectors on the device at a
@@ -112,6 +116,7 @@ pub fn exact_knn_chunked(
     x: &[f32],
     d: usize,
     k: usize,
+    tf32: bool,
     pb: &Stage,
     base_bytes: usize,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
@@ -141,7 +146,7 @@ pub fn exact_knn_chunked(
         // TF32 products: rows are graph edges for the search, not answers, and
         // near-ties that swap do not change search recall (the GPU build parity
         // test checks it), at a fraction of the time of f32 products.
-        let bf = GpuBruteForce::new(g, &x[c0 * d..c1 * d], d)?.with_tf32(true);
+        let bf = GpuBruteForce::new(g, &x[c0 * d..c1 * d], d)?.with_tf32(tf32);
         if c0 == 0 {
             if let Ok((gemm_ms, topk_ms)) = bf.profile_tile(8_192, k.min(c1 - c0)) {
                 tracing::info!(

@@ -357,12 +357,14 @@ pub fn build_with_progress(
         _ => p.exact_rows,
     };
     let mut p = ResolvedParams { exact_rows, ..p };
-    if params.vector_dtype.is_none() {
+    // The precision check decides the rerank vectors (when not given) and
+    // whether the GPU's exact rows may use TF32 products.
+    if params.vector_dtype.is_none() || (gpu.is_some() && exact_rows) {
         report.f16_recall = Some(report.phase("precision_check", || {
             let sample = pca::sample_rows(n, check::ROW_CHECK_SAMPLE, p.seed ^ 0xf16);
             check::f16_recall(x, sdim, &sample)
         }));
-        if report.f16_recall < Some(check::F16_MIN_RECALL) {
+        if params.vector_dtype.is_none() && report.f16_recall < Some(check::F16_MIN_RECALL) {
             p.vector_dtype = VectorDtype::F32;
         }
         tracing::info!(f16_recall = report.f16_recall, vectors = ?p.vector_dtype, "rerank precision");
@@ -390,9 +392,10 @@ pub fn build_with_progress(
         let gpu_rows_job = match (&gpu, exact_rows) {
             (Some(g), true) if k_fwd <= gpu_rows::MAX_K => {
                 let pb = &pb;
+                let tf32 = report.f16_recall.is_none_or(|r| r >= check::F16_MIN_RECALL);
                 let job = scope.spawn(move || {
                     let t = Instant::now();
-                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, pb);
+                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, tf32, pb);
                     (found, t.elapsed().as_secs_f64())
                 });
                 Some((g, job))

@@ -51,6 +51,7 @@ pub mod gpu_rows {
         _: &[f32],
         _: usize,
         _: usize,
+        _: bool,
         _: &Stage,
     ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
         match *g {}

@@ -167,19 +167,37 @@ pub(crate) fn lloyd<E, F>(
     dim: usize,
     lists: usize,
     params: &IvfParams,
-    mut assign: F,
+    assign: F,
 ) -> Result<Vec<f32>, E>
 where
     F: FnMut(&[f32], &[f32]) -> Result<Vec<u32>, E>,
 {
     let rows = train.len() / dim;
     let seeds = sample_rows(rows, lists, params.seed ^ 0x5eed);
-    let mut centroids: Vec<f32> = seeds
+    let centroids: Vec<f32> = seeds
         .iter()
         .flat_map(|&r| train[r * dim..(r + 1) * dim].iter().copied())
         .collect();
+    lloyd_rounds(train, dim, centroids, params.train_iters, assign)
+}
+
+/// `iters` rounds of Lloyd's k-means on `train` (`rows x dim`) from the
+/// given centroids: `assign` (the nearest centroid of every training row,
+/// given the centroids and their squared norms), then mean updates; an empty
+/// list restarts at a training row.
+pub(crate) fn lloyd_rounds<E, F>(
+    train: &[f32],
+    dim: usize,
+    mut centroids: Vec<f32>,
+    iters: usize,
+    mut assign: F,
+) -> Result<Vec<f32>, E>
+where
+    F: FnMut(&[f32], &[f32]) -> Result<Vec<u32>, E>,
+{
+    let rows = train.len() / dim;
     let k = centroids.len() / dim;
-    for round in 0..params.train_iters {
+    for round in 0..iters {
         let cn = sq_norms(&centroids, dim);
         let owner = assign(&centroids, &cn)?;
         let mut sums = vec![0f64; k * dim];

@@ -122,29 +122,10 @@ pub fn fit_centres(sample: &[f32], w: usize, seed: u64) -> Vec<f32> {
             .for_each(|(r, d)| *d = d.min(dist(row(r), &c)));
         centres.extend_from_slice(&c);
     }
-    let k = centres.len() / w;
-    for _ in 0..LLOYD_ITERATIONS {
-        let ids = assign(sample, w, &centres);
-        let mut sums = vec![0f64; k * w];
-        let mut counts = vec![0usize; k];
-        for (r, &c) in ids.iter().enumerate() {
-            counts[c as usize] += 1;
-            for (s, &v) in sums[c as usize * w..(c as usize + 1) * w]
-                .iter_mut()
-                .zip(row(r))
-            {
-                *s += v as f64;
-            }
-        }
-        for c in 0..k {
-            if counts[c] > 0 {
-                for j in 0..w {
-                    centres[c * w + j] = (sums[c * w + j] / counts[c] as f64) as f32;
-                }
-            }
-        }
-    }
-    centres
+    crate::centre_knn::lloyd_rounds(sample, w, centres, LLOYD_ITERATIONS, |c, _| {
+        Ok::<_, std::convert::Infallible>(assign(sample, w, c).into_iter().map(u32::from).collect())
+    })
+    .unwrap_or_else(|e| match e {})
 }
 
 /// Residual scales from the sample (`rows x w`) and its centre ids: per

@@ -298,7 +298,14 @@ pub fn choose(
     let c = fit(sample, w, centres, &ids);
     let resid = decoded(&encode(sample, w, &c, &ids), w, &c.scales, Some((&c, &ids)));
     let residual_recall = ranking_recall(sample, &resid, w);
-    let keep = force.is_some() || residual_recall >= plain_recall + MIN_GAIN;
+    // Centres from data near f32's range can overflow: one grid then.
+    let finite = c
+        .centres
+        .iter()
+        .chain(&c.scales)
+        .chain(&c.centre_scales)
+        .all(|v| v.is_finite());
+    let keep = finite && (force.is_some() || residual_recall >= plain_recall + MIN_GAIN);
     Choice {
         centres: keep.then_some(c),
         plain_recall,

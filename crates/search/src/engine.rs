@@ -95,7 +95,7 @@ pub(crate) struct Engine {
     /// computed once at load; the GPU backend uploads this same table.
     pub sketch_norms: Vec<f32>,
     /// Residual sketch centres (0: a plain sketch).
-    pub sketch_centres: usize,
+    pub sketch_centre_count: usize,
     pub row_len: usize,
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
@@ -225,7 +225,7 @@ impl Scratch {
             still: Vec::with_capacity(engine.map.copies),
             qkeys: vec![0; engine.map.copies],
             hits: Vec::with_capacity(engine.map.copies),
-            centre_terms: vec![(f32::NAN, 0.0); engine.sketch_centres],
+            centre_terms: vec![(f32::NAN, 0.0); engine.sketch_centre_count],
             stats: SearchStats::default(),
         }
     }
@@ -242,7 +242,7 @@ impl Engine {
             exact_f16,
             sketch_width: h.sketch_width as usize,
             sketch_norms: sketch_norms(index),
-            sketch_centres: index.sketch_centre_scales().len(),
+            sketch_centre_count: index.sketch_centre_scales().len(),
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),

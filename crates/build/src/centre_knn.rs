@@ -129,7 +129,12 @@ pub(crate) fn bucket(keys: &[u32], buckets: usize) -> (Vec<usize>, Vec<u32>) {
 }
 
 /// The nearest centroid of every row of `rows`.
-fn assign(rows: &[f32], dim: usize, centroids: &[f32], centroid_norms: &[f32]) -> Vec<u32> {
+pub(crate) fn assign(
+    rows: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    centroid_norms: &[f32],
+) -> Vec<u32> {
     let k = centroid_norms.len();
     let mut out = Vec::with_capacity(rows.len() / dim);
     let mut buf = vec![0f32; ASSIGN_BLOCK * k];

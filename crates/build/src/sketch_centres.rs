@@ -53,35 +53,17 @@ impl Centres {
 
 /// Each row's nearest centre (`coords` is `rows x w`, `centres` `K x w`).
 pub fn assign(coords: &[f32], w: usize, centres: &[f32]) -> Vec<u16> {
-    let k = centres.len() / w;
-    // Nearest = largest 2 <x, c> - |c|^2: one product per chunk of rows.
-    let mut twice_t = vec![0f32; w * k];
-    for (ci, c) in centres.chunks_exact(w).enumerate() {
-        for j in 0..w {
-            twice_t[j * k + ci] = 2.0 * c[j];
-        }
-    }
-    let norms: Vec<f32> = centres
-        .chunks_exact(w)
-        .map(|c| c.iter().map(|v| v * v).sum())
-        .collect();
+    // The inverted file's rule, on all cores in chunks of rows.
     const CHUNK: usize = 4096;
+    let norms = crate::centre_knn::sq_norms(centres, w);
     let mut ids = vec![0u16; coords.len() / w];
     ids.par_chunks_mut(CHUNK)
         .zip(coords.par_chunks(CHUNK * w))
         .for_each(|(ids, rows)| {
-            let mut score = vec![0f32; ids.len() * k];
-            octex_lattice::copymap::project_rows(rows, w, &twice_t, &norms, &mut score, false);
-            for (id, s) in ids.iter_mut().zip(score.chunks_exact(k)) {
-                let best = s
-                    .iter()
-                    .enumerate()
-                    .fold(
-                        (0, f32::NEG_INFINITY),
-                        |b, (i, &v)| if v > b.1 { (i, v) } else { b },
-                    );
-                *id = best.0 as u16;
-            }
+            let nearest = crate::centre_knn::assign(rows, w, centres, &norms);
+            ids.iter_mut()
+                .zip(nearest)
+                .for_each(|(id, c)| *id = c as u16);
         });
     ids
 }

@@ -17,7 +17,7 @@ use octex_index::{Index, IndexParts, PAD_ID};
 use octex_search::{Backend, BackendSearcher, GpuOptions, SearchParams};
 
 use crate::progress::Stage;
-use crate::rows::{assemble, RowShape};
+use crate::rows::{assemble, RowOrder, RowShape};
 use crate::BuildError;
 
 /// Waves of pass 2.
@@ -137,7 +137,14 @@ pub fn rows_by_search(
     };
     let (ids, dists) = one_pass(&first, gpu, x, dim, k, &p1, pb)?;
     drop(first);
-    parts.rows = assemble(&ids, &dists, k, shape);
+    // The rows the build's own passes search are in distance order: the
+    // detour order ([`crate::rows::order_by_detours`]) is as costly as a
+    // pass and lifted neither the lists nor the final index's recall.
+    let searched_shape = RowShape {
+        order: RowOrder::Distance,
+        ..shape
+    };
+    parts.rows = assemble(&ids, &dists, k, searched_shape);
     let second = octex_search::Index::new(Index::from_parts(parts.clone())?);
     let p2 = SearchParams {
         read_depth: list_len,
@@ -158,7 +165,7 @@ pub fn rows_by_search(
         deep_pass_recall: None,
     };
     if recall < DEEP_PASS_BELOW {
-        parts.rows = assemble(&ids, &dists, k, shape);
+        parts.rows = assemble(&ids, &dists, k, searched_shape);
         let third = octex_search::Index::new(Index::from_parts(parts.clone())?);
         let p3 = SearchParams {
             start_points: DEEP_PASS_START_POINTS,

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use crate::knn::{exact_knn, KnnMetric};
+use crate::knn::{exact_knn, squared_l2, KnnMetric};
 use octex_index::PAD_ID;
 
 /// Vectors sampled by the row check.
@@ -43,10 +43,6 @@ fn nearest_others(x: &[f32], dim: usize, sample: &[usize], count: usize) -> Vec<
                 .collect()
         })
         .collect()
-}
-
-fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
 }
 
 /// Share of the [`ROW_CHECK_K`] exact nearest neighbours (squared L2, ties

@@ -1,4 +1,4 @@
-//! Exact k nearest neighbours by blocked matrix products (faer) on all cores.
+//! Exact k nearest neighbours by blocked f64 matrix products (faer) on all cores.
 //!
 //! Used for ground truth and for the exact neighbour rows of small indexes. Queries
 //! are cut into blocks of [`QUERY_BLOCK`] rows, the base into blocks of
@@ -94,11 +94,32 @@ impl TopK {
     }
 }
 
+/// Squared L2 distance by direct differences, in eight lanes so the loop
+/// vectorises: exact where the products' expansion loses digits.
+#[inline]
+pub fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            let d = x[l] - y[l];
+            acc[l] += d * d;
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| (x - y) * (x - y)).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
 /// Exact `k` nearest base rows of every query. Returns `(ids, distances)`, both
 /// `nq x k` row-major, nearest first; missing entries (k > n) are `u32::MAX` and
 /// infinity. With `exclude_self`, query `i` is base row `i` and never its own
 /// neighbour (for neighbour rows). `on_block` is called once per finished query
 /// block with its row count (progress).
+///
+/// Products in f64 of vectors less the base's mean (L2): the expansion
+/// `|q|^2 + |b|^2 - 2 q.b` in f32 misordered 1.8% of the true neighbours of
+/// a synthetic set of tight clusters far from the origin.
 pub fn exact_knn(
     base: &[f32],
     queries: &[f32],
@@ -111,12 +132,26 @@ pub fn exact_knn(
     assert!(dim > 0 && base.len() % dim == 0 && queries.len() % dim == 0);
     let n = base.len() / dim;
     let nq = queries.len() / dim;
-    let norms = |v: &[f32]| -> Vec<f32> {
-        v.par_chunks(dim)
-            .map(|r| r.iter().map(|x| x * x).sum())
-            .collect()
+    let mean = match metric {
+        KnnMetric::L2 => column_mean(base, dim),
+        KnnMetric::NegDot => vec![0.0; dim],
     };
-    let base_norms = norms(base);
+    let less_mean = |r: &[f32], out: &mut Vec<f64>| {
+        out.clear();
+        out.extend(
+            r.chunks(dim)
+                .flat_map(|v| v.iter().zip(&mean).map(|(&x, &m)| x as f64 - m)),
+        );
+    };
+    let base_norms: Vec<f64> = base
+        .par_chunks(dim)
+        .map(|r| {
+            r.iter()
+                .zip(&mean)
+                .map(|(&x, &m)| (x as f64 - m).powi(2))
+                .sum()
+        })
+        .collect();
     let mut ids = vec![u32::MAX; nq * k];
     let mut dists = vec![f32::INFINITY; nq * k];
     ids.par_chunks_mut(QUERY_BLOCK * k)
@@ -125,25 +160,27 @@ pub fn exact_knn(
         .for_each(|(b, (ids_out, d_out))| {
             let q0 = b * QUERY_BLOCK;
             let qn = (nq - q0).min(QUERY_BLOCK);
-            let q = &queries[q0 * dim..(q0 + qn) * dim];
-            let qnorm: Vec<f32> = q
+            let q_raw = &queries[q0 * dim..(q0 + qn) * dim];
+            let (mut q, mut block) = (Vec::new(), Vec::new());
+            less_mean(q_raw, &mut q);
+            let qnorm: Vec<f64> = q
                 .chunks(dim)
                 .map(|r| r.iter().map(|x| x * x).sum())
                 .collect();
             let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
-            let mut dots = vec![0f32; qn * BASE_BLOCK];
-            let qm = faer::MatRef::from_row_major_slice(q, qn, dim);
+            let mut dots = vec![0f64; qn * BASE_BLOCK];
+            let qm = faer::MatRef::from_row_major_slice(&q, qn, dim);
             for b0 in (0..n).step_by(BASE_BLOCK) {
                 let bn = (n - b0).min(BASE_BLOCK);
-                let bm =
-                    faer::MatRef::from_row_major_slice(&base[b0 * dim..(b0 + bn) * dim], bn, dim);
+                less_mean(&base[b0 * dim..(b0 + bn) * dim], &mut block);
+                let bm = faer::MatRef::from_row_major_slice(&block, bn, dim);
                 let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
                 faer::linalg::matmul::matmul(
                     out,
                     faer::Accum::Replace,
                     qm,
                     bm.transpose(),
-                    1.0f32,
+                    1.0f64,
                     faer::Par::Seq,
                 );
                 for (r, top) in tops.iter_mut().enumerate() {
@@ -154,7 +191,7 @@ pub fn exact_knn(
                             let qn2 = qnorm[r];
                             let bnorm = &base_norms[b0..b0 + bn];
                             for (j, (&dot, &bn2)) in row.iter().zip(bnorm).enumerate() {
-                                let d = (qn2 + bn2 - 2.0 * dot).max(0.0);
+                                let d = (qn2 + bn2 - 2.0 * dot).max(0.0) as f32;
                                 if d < top.worst() && b0 + j != self_id {
                                     top.push(d, (b0 + j) as u32);
                                 }
@@ -162,8 +199,9 @@ pub fn exact_knn(
                         }
                         KnnMetric::NegDot => {
                             for (j, &dot) in row.iter().enumerate() {
-                                if -dot < top.worst() && b0 + j != self_id {
-                                    top.push(-dot, (b0 + j) as u32);
+                                let d = -dot as f32;
+                                if d < top.worst() && b0 + j != self_id {
+                                    top.push(d, (b0 + j) as u32);
                                 }
                             }
                         }
@@ -178,6 +216,31 @@ pub fn exact_knn(
             on_block(qn);
         });
     (ids, dists)
+}
+
+/// The mean of the rows of `x` (`dim` columns).
+fn column_mean(x: &[f32], dim: usize) -> Vec<f64> {
+    let n = x.len() / dim;
+    if n == 0 {
+        return vec![0.0; dim];
+    }
+    let sum = x
+        .par_chunks(dim * 4096)
+        .map(|block| {
+            let mut s = vec![0f64; dim];
+            for r in block.chunks(dim) {
+                s.iter_mut().zip(r).for_each(|(a, &v)| *a += v as f64);
+            }
+            s
+        })
+        .reduce(
+            || vec![0f64; dim],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    sum.iter().map(|s| s / n as f64).collect()
 }
 
 #[cfg(test)]
@@ -254,5 +317,49 @@ mod tests {
             &|_| {},
         );
         assert_eq!(ids[3..], [u32::MAX, u32::MAX]);
+    }
+
+    /// Tight clusters far from the origin, where the products' expansion
+    /// alone misorders neighbours: the result is the exact order, checked
+    /// in f64.
+    #[test]
+    fn tight_clusters_far_from_the_origin_get_exact_neighbours() {
+        let (dim, per, k) = (16usize, 300usize, 10usize);
+        let mut rng = octex_lattice::GaussianRng::new(11, 0);
+        let mut base = Vec::new();
+        for c in 0..4 {
+            let centre: Vec<f64> = (0..dim)
+                .map(|_| 100.0 * rng.normal() + 30.0 * c as f64)
+                .collect();
+            for _ in 0..per {
+                base.extend(centre.iter().map(|&m| (m + 0.001 * rng.normal()) as f32));
+            }
+        }
+        let n = base.len() / dim;
+        let (ids, _) = exact_knn(&base, &base, dim, k, KnnMetric::L2, true, &|_| {});
+        let mut exact_hits = 0;
+        for i in (0..n).step_by(7) {
+            let row = |j: usize| &base[j * dim..(j + 1) * dim];
+            let d64 = |j: usize| -> f64 {
+                row(i)
+                    .iter()
+                    .zip(row(j))
+                    .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                    .sum()
+            };
+            let mut all: Vec<(f64, usize)> =
+                (0..n).filter(|&j| j != i).map(|j| (d64(j), j)).collect();
+            all.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let bound = all[k - 1].0;
+            exact_hits += ids[i * k..(i + 1) * k]
+                .iter()
+                .filter(|&&id| d64(id as usize) <= bound * (1.0 + 1e-6))
+                .count();
+        }
+        let checked = n.div_ceil(7) * k;
+        assert_eq!(
+            exact_hits, checked,
+            "{exact_hits} of {checked} neighbours exact"
+        );
     }
 }

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use crate::knn::TopK;
+use crate::knn::{squared_l2, TopK};
 use octex_index::PAD_ID;
 
 /// Forward and reverse neighbours of a vector whose lists a round offers it.
@@ -16,21 +16,6 @@ pub const JOIN_FANOUT: usize = 16;
 
 /// Vectors a round scores per parallel task (progress granularity).
 const TASK: usize = 1_024;
-
-fn l2(a: &[f32], b: &[f32]) -> f32 {
-    // Eight lanes, so the loop vectorises.
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            let d = x[l] - y[l];
-            acc[l] += d * d;
-        }
-    }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| (x - y) * (x - y)).sum();
-    acc.iter().sum::<f32>() + tail
-}
 
 /// Up to `cap` vectors that list each vector among their first `fanout`
 /// (`n` rows of `cap`, `PAD_ID`-padded), nearest listers first.
@@ -125,7 +110,7 @@ pub fn join_round(
                             }
                             seen[w as usize] = *epoch;
                             let w = w as usize;
-                            top.push(l2(xu, &x[w * dim..(w + 1) * dim]), w as u32);
+                            top.push(squared_l2(xu, &x[w * dim..(w + 1) * dim]), w as u32);
                         }
                     }
                     let (ti, td) = top.sorted();
@@ -183,7 +168,7 @@ mod tests {
                 let v = (rng.next_u64() % n as u64) as usize;
                 if v != u && !top.sorted().0.contains(&(v as u32)) {
                     top.push(
-                        l2(&x[u * dim..(u + 1) * dim], &x[v * dim..(v + 1) * dim]),
+                        squared_l2(&x[u * dim..(u + 1) * dim], &x[v * dim..(v + 1) * dim]),
                         v as u32,
                     );
                 }
@@ -214,7 +199,7 @@ mod tests {
             let d = &dists[u * k..(u + 1) * k];
             assert!(d.windows(2).all(|w| w[0] <= w[1]));
             let v = row[0] as usize;
-            let want = l2(&x[u * dim..(u + 1) * dim], &x[v * dim..(v + 1) * dim]);
+            let want = squared_l2(&x[u * dim..(u + 1) * dim], &x[v * dim..(v + 1) * dim]);
             assert!((d[0] - want).abs() <= 1e-5 * want.max(1.0));
         }
     }

@@ -155,22 +155,54 @@ pub fn sketch_norms(index: &Index) -> Vec<f32> {
 /// Most fallback entry points.
 pub const MAX_SEEDS: usize = 256;
 
-/// Fallback entry points: [`MAX_SEEDS`] ids spread uniformly over the index (a
-/// multiplicative-hash stride, so no id order of the data aligns with it).
+/// Fallback entry points, at most [`MAX_SEEDS`]: with a residual sketch, the
+/// member of each sketch centre nearest to it (its residual code the
+/// smallest), then ids spread uniformly over the index (a multiplicative-hash
+/// stride, so no id order of the data aligns with it) up to the limit.
 /// Decision: a query far from all data (an outlier, or an inner-product query,
 /// whose appended 0 puts it outside the augmented data) can find no stored
 /// fragment in any copy; without seeds its waves would have no start points and
-/// it would return nothing. A uniform sample reaches every part of the data, also
-/// when the neighbour graph falls apart into clusters. Costs nothing for queries
-/// whose first round finds at least `S` ids.
+/// it would return nothing. Seeds in every cluster reach the parts of the data
+/// the neighbour graph does not join: on clusters of very uneven size, queries
+/// of clusters of 0.2% of the data missed all ten neighbours with uniform
+/// seeds alone (docs/RESULTS.md, "Any data"). Costs nothing for queries whose
+/// first round finds at least `S` ids.
 pub fn entry_points(index: &Index) -> Vec<u32> {
     let n = index.len() as u64;
-    let mut seeds: Vec<u32> = (0..MAX_SEEDS as u64)
-        .map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n) as u32)
-        .collect();
+    let mut seeds = centre_members(index);
+    let uniform = (MAX_SEEDS as u64).saturating_sub(seeds.len() as u64);
+    seeds.extend((0..uniform).map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n) as u32));
+    seeds.truncate(MAX_SEEDS);
     seeds.sort_unstable();
     seeds.dedup();
     seeds
+}
+
+/// Of each residual sketch centre, the member whose residual code has the
+/// least norm (ties: the smaller id); none without a residual sketch.
+fn centre_members(index: &Index) -> Vec<u32> {
+    let centres = index.sketch_centre_scales().len();
+    if centres == 0 {
+        return Vec::new();
+    }
+    let w = index.header().sketch_width as usize;
+    let scales = index.sketch_scales();
+    let norms: Vec<f32> = index
+        .sketch()
+        .par_chunks(w.max(1))
+        .map(|row| row_norm(row, scales))
+        .collect();
+    let mut best = vec![(f32::INFINITY, u32::MAX); centres];
+    for (id, (&c, &norm)) in index.sketch_centre_ids().iter().zip(&norms).enumerate() {
+        let b = &mut best[c as usize];
+        if norm < b.0 || b.1 == u32::MAX {
+            *b = (norm, id as u32);
+        }
+    }
+    best.into_iter()
+        .map(|b| b.1)
+        .filter(|&id| id != u32::MAX)
+        .collect()
 }
 
 /// Sketch rows prefetched ahead of the one being ranked.

@@ -475,6 +475,7 @@ fn exact_neighbours(
     let nq = queries.len() / sdim;
     // Per chunk of base vectors, each query's best k; then merged.
     let chunk = 4096;
+    let (l2, _) = crate::simd::exact_kernels();
     let partial: Vec<Vec<(f32, u32)>> = (0..n.div_ceil(chunk))
         .into_par_iter()
         .map(|c| {
@@ -486,7 +487,7 @@ fn exact_neighbours(
                     if own.is_some_and(|o| o[qi] == id) {
                         continue;
                     }
-                    let d: f32 = q.iter().zip(&row).map(|(a, b)| (a - b) * (a - b)).sum();
+                    let d = l2(q, &row);
                     let b = &mut best[qi];
                     if b.len() < k || d < b[b.len() - 1].0 {
                         let at = b.partition_point(|e| e.0 <= d);

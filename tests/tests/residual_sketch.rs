@@ -1,6 +1,7 @@
 //! The residual sketch (codes relative to centres, `octex_build::sketch_centres`):
 //! chosen where one grid cannot rank tight clusters, kept through a save and
-//! load, refused when damaged, and a better ranking than one grid there.
+//! load, refused when damaged, a better ranking than one grid there, and a
+//! fallback seed in each of its centres.
 
 use octex_index::Metric;
 use octex_search::{Index, SearchParams};

@@ -133,7 +133,7 @@ pub fn exact_knn(
     let n = base.len() / dim;
     let nq = queries.len() / dim;
     let mean = match metric {
-        KnnMetric::L2 => column_mean(base, dim),
+        KnnMetric::L2 => crate::pca::column_mean(base, dim),
         KnnMetric::NegDot => vec![0.0; dim],
     };
     let less_mean = |r: &[f32], out: &mut Vec<f64>| {
@@ -216,31 +216,6 @@ pub fn exact_knn(
             on_block(qn);
         });
     (ids, dists)
-}
-
-/// The mean of the rows of `x` (`dim` columns).
-fn column_mean(x: &[f32], dim: usize) -> Vec<f64> {
-    let n = x.len() / dim;
-    if n == 0 {
-        return vec![0.0; dim];
-    }
-    let sum = x
-        .par_chunks(dim * 4096)
-        .map(|block| {
-            let mut s = vec![0f64; dim];
-            for r in block.chunks(dim) {
-                s.iter_mut().zip(r).for_each(|(a, &v)| *a += v as f64);
-            }
-            s
-        })
-        .reduce(
-            || vec![0f64; dim],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
-        );
-    sum.iter().map(|s| s / n as f64).collect()
 }
 
 #[cfg(test)]

@@ -49,16 +49,14 @@ pub fn sample_rows(n: usize, sample: usize, seed: u64) -> Vec<usize> {
     idx
 }
 
-/// Mean (over all rows) and the top `m` principal directions (over `rows`),
-/// `m` chosen by `choose_m` from the spectrum (all `D` variances, descending).
-pub fn fit(
-    data: &[f32],
-    dim: usize,
-    rows: &[usize],
-    choose_m: impl FnOnce(&Spectra) -> usize,
-) -> Pca {
+/// The mean of the rows of `data` (`dim` columns), summed in f64; zeros
+/// for no rows.
+pub fn column_mean(data: &[f32], dim: usize) -> Vec<f64> {
     let n = data.len() / dim;
-    let mut mean64 = data
+    if n == 0 {
+        return vec![0.0; dim];
+    }
+    let sum = data
         .par_chunks(dim * 4096)
         .map(|chunk| {
             let mut acc = vec![0f64; dim];
@@ -74,7 +72,18 @@ pub fn fit(
                 a
             },
         );
-    mean64.iter_mut().for_each(|v| *v /= n as f64);
+    sum.iter().map(|s| s / n as f64).collect()
+}
+
+/// Mean (over all rows) and the top `m` principal directions (over `rows`),
+/// `m` chosen by `choose_m` from the spectrum (all `D` variances, descending).
+pub fn fit(
+    data: &[f32],
+    dim: usize,
+    rows: &[usize],
+    choose_m: impl FnOnce(&Spectra) -> usize,
+) -> Pca {
+    let mean64 = column_mean(data, dim);
     let mean: Vec<f32> = mean64.iter().map(|&v| v as f32).collect();
 
     let s = rows.len();

@@ -8,7 +8,7 @@ BAR.SYNC and EXIT, and prints the regions with the most stall samples: their
 share of samples and of executed instructions, the active threads per warp,
 the commonest opcodes and the leading stall reasons.
 
-  python3 scripts/ncu-regions.py docs/bench/profile/lockstep-glove-50-c128-S64-W4-R16.sass.csv.xz [TOP]
+  python3 scripts/ncu-regions.py PROFILE.sass.csv.xz [TOP]
 """
 import csv
 import lzma

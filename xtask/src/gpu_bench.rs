@@ -86,13 +86,9 @@ fn grid(s: Sweep) -> Vec<SearchParams> {
         (128, 5),
     ];
     // (48, 4), (64, 5), (80, 4) and (96, 3) fill the step from S64 W4 to
-    // S96 W4, across which GloVe-50 (C = 128) went from recall 0.9949 at
-    // 1.90M QPS to 0.9956 at 1.22M (H200): the best point at 0.995 sat on
-    // the far side of a coarse grid. (40, 3), (30, 4), (24, 5) and (20, 6)
-    // read 7,680 row entries: at r8 (C = 32) the whole query fits the
-    // 8,192-slot visited set and three blocks an SM, where GloVe-50 reaches
-    // 0.995 with rows of Lt / 2 reverse entries (CPU backend: r8 S20 W6
-    // 0.9955, S24 W5 0.9954; `docs/RESULTS.md`, "Reverse entries").
+    // S96 W4, where hard data crosses 0.995; (40, 3), (30, 4), (24, 5) and
+    // (20, 6) read 7,680 row entries, within the 8,192-slot visited set that
+    // keeps three blocks an SM at r8.
     let mut g = sweep(&sw, &[16, 32, 64], &[8, 12, 16]);
     // The high-recall end (the paper's sizes: S up to 512, W up to 6, R 128
     // to 256 reranked once or in every wave); large S spills the per-query
@@ -111,8 +107,7 @@ fn grid(s: Sweep) -> Vec<SearchParams> {
     ));
     // The cheap end: one wave from few start points, shallow reads of the
     // ripples, reranks between the grid's. Data that one wave answers gets
-    // its high-recall points here (synth-1m: r4 S16 W1 R32 recall 0.9956 at
-    // 18.4M QPS, r8 0.9974 at 17.7M; H200).
+    // its high-recall points here.
     g.extend(sweep(&[(8, 1), (12, 1), (16, 1)], &[16, 24, 32], &[4, 6]));
     g
 }

@@ -15,7 +15,7 @@ pub const ROW_CHECK_K: usize = 10;
 /// Least share of a sample's exact nearest neighbours that an exact search
 /// over f16 vectors must find for the default rerank precision to be f16;
 /// below it the vectors are stored as f32. Strict, because queries lose
-/// more than the sample does (docs/RESULTS.md, "Any data").
+/// more than the sample does (docs/RESULTS.md, "Decisions").
 pub const F16_MIN_RECALL: f64 = 0.9998;
 
 /// The exact `count` nearest other vectors of each vector in `sample`, as

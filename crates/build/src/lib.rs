@@ -65,8 +65,9 @@ use structure::structure;
 use std::borrow::Cow;
 use std::time::Instant;
 
+pub use octex_index::Metric;
 use octex_index::{
-    Index, IndexError, IndexHeader, IndexParts, Metric, RerankVectors, VectorDtype, VectorProblem,
+    Index, IndexError, IndexHeader, IndexParts, RerankVectors, VectorDtype, VectorProblem,
 };
 use octex_lattice::{CopyMap, CopyMapParams};
 use rayon::prelude::*;

@@ -20,49 +20,17 @@ pub enum RowMethod {
     Search,
 }
 
-/// Default neighbour row length `Lt`: the paper's 64. Rows of 32 were the
-/// default before; measured against 64 (H200, batch 10,000, same lease and
-/// binary, best QPS at recall@10 0.95 / 0.99 / 0.995; `docs/bench/row-length/`):
-/// - GloVe-50, C = 32: +17% / +21% / 1.23M QPS at 0.995, which rows of 32
-///   did not reach up to S128 W4 (an earlier lease: 0.55M, at S128 W5);
-/// - GloVe-50, C = 128: +23% / +8% / +25%;
-/// - synth-1m: -6% / -4% / 0%;
-/// - Fashion-MNIST: -8% / -2% / -3%.
-///
-/// Easy data, which one wave answers, loses a little to the longer rows; hard
-/// data, which needs several waves, gains more, and the CPU backend gains
-/// there too (GloVe-50 defaults, 2 cores: recall 0.988 at 10.4k QPS against
-/// 8.4k; 0.99 and up only with rows of 64). The rows take `4 Lt` bytes a
-/// vector (128 more than at 32), and a CPU build's rows about twice the time
-/// (GloVe-50: 24 -> 46 s).
+/// Default neighbour row length `Lt`: the paper's 64. Hard data, which needs
+/// several waves, gains more than easy data loses against rows of 32
+/// (`docs/RESULTS.md`, "Decisions").
 pub const DEFAULT_ROW_LEN: usize = 64;
 
 /// Default reverse entries of a row of `row_len` ids: at most `k_r = Lt / 2`
 /// reverse entries, each a vector that lists the row's owner among its first
 /// `k_s = Lt / 2` forward neighbours. The paper fixes the row's structure
-/// (`k_f` forward, up to `k_r` reverse, the rest forward) but not the three
-/// numbers; `Lt / 4` for both was the first choice. Measured on the CPU
-/// backend (same ids as the GPU) by swapping only the rows of one index
-/// (exact rows, detour order, `k_f = Lt / 2`), recall@10 at R16, with the
-/// sketch distances a query computed (`docs/RESULTS.md`, "Reverse entries"):
-/// - GloVe-50, C = 32: 19-29% fewer misses at every shape
-///   (r16 S40 W3 0.9938 -> 0.9953, S20 W6 0.9946 -> 0.9961) for 2-4% more
-///   sketch distances; 0.995 at 4,880 sketch distances instead of 5,376, and
-///   within the 8,192 visited entries that let the GPU run three blocks an
-///   SM (r8 S20 W6 0.9941 -> 0.9955, r16 S29 W4 0.9939 -> 0.9953);
-/// - Fashion-MNIST and a 200,000-vector Gaussian mixture: at most 0.0016
-///   lower at the points of recall 0.99 and up (synthetic S8 W1 0.9923 ->
-///   0.9907); the smallest one-wave shapes lose more (Fashion S2 W1 0.957
-///   -> 0.948, S4 W1 0.983 -> 0.979);
-/// - GloVe-50 with rows by search (the CPU build's default): the same gain
-///   (r16 S48 W3 0.9939 -> 0.9953).
-/// - text embeddings (`debian-docs-minilm-100k`, exact rows and rows by
-///   search): 6-25% fewer misses at W >= 2 from S16 up (r16 S16 W3 0.9933 ->
-///   0.9940), up to 3% more at W1.
-///
-/// `k_s = Lt / 2` alone is nearly free (GloVe-50 +0.0004 at every shape) but
-/// gains a quarter as much; more sources than `Lt / 2` lose (`k_s = Lt`: GloVe
-/// -0.001 to -0.002).
+/// (`k_f` forward, up to `k_r` reverse, the rest forward) but not the numbers;
+/// `Lt / 2` misses fewer neighbours than `Lt / 4` on hard data
+/// (`docs/RESULTS.md`, "Decisions").
 pub fn default_reverse_entries(row_len: usize) -> usize {
     row_len / 2
 }
@@ -74,7 +42,7 @@ pub const CPU_FEW_COPIES_LIMIT: usize = 100_000;
 /// Default copies `C` for `n` vectors, by where the build (and so, as a rule,
 /// the search) runs: 16 on the CPU up to [`CPU_FEW_COPIES_LIMIT`] vectors, else 32.
 /// On small CPU indexes fewer copies reach the same recall for less work a
-/// query (docs/RESULTS.md, "Any data").
+/// query (docs/RESULTS.md, "Decisions").
 pub fn default_copies(n: usize, on_gpu: bool) -> usize {
     if !on_gpu && n <= CPU_FEW_COPIES_LIMIT {
         16
@@ -146,23 +114,9 @@ pub struct BuildParams {
     /// The order of the forward neighbours a row takes its head and its
     /// reverse entries from. Default [`RowOrder::Detours`], from
     /// [`Self::row_candidates`] = `2 Lt` exact neighbours: a departure from
-    /// the paper's distance order, measured against it (H200, batch 10,000,
-    /// same binary and lease, each index twice, interleaved; GPU exact rows):
-    /// - GloVe-50, C = 128: best QPS at recall@10 0.995 2.88M (r12 S32 W4)
-    ///   -> 3.70M (r8 S32 W3), +28%; at 0.99 3.94M -> 4.22M; every shape
-    ///   gains recall (S32 W3 0.9906 -> 0.9951) for 5-11% more sketch
-    ///   distances;
-    /// - GloVe-50, C = 32: 0.99 at 2.89M (S48 W3) -> 4.57M (S32 W3), 0.995
-    ///   at 2.20M (S48 W4) -> 2.74M (S48 W3);
-    /// - synth-1m and Fashion-MNIST, which one wave answers: recall the same,
-    ///   QPS -0.7% and -2.0% (medians of the quick grid);
-    /// - CPU, GloVe-50 C = 32, rows by search (2 cores): recall at S48 W3
-    ///   0.9881 -> 0.9939 at the same QPS. Detours from `Lt` neighbours only
-    ///   (no more candidates) gained a third as much.
-    ///
-    /// The build pays `n (2 Lt)^2` table lookups for it (GloVe-50 on 16
-    /// cores: 8.7 s; synth-1m: 22 s) and holds `2 Lt` neighbours a vector
-    /// while the rows are assembled. `docs/RESULTS.md`, "Rows in detour order".
+    /// the paper's distance order that gains recall on data that needs
+    /// several waves (`docs/RESULTS.md`, "Decisions"). The build pays
+    /// `n (2 Lt)^2` rank lookups for it.
     #[serde(default)]
     pub row_order: RowOrder,
     /// Forward neighbours found per vector before its row is assembled, `k`

@@ -27,7 +27,7 @@ pub const PASS2_START_POINTS: usize = 16;
 /// Rounds of local joins ([`crate::refine`]) after pass 2, with exact
 /// distances: each raises the rows' recall of exact neighbours where the
 /// sketch-ranked passes missed some, for about a tenth of pass 2's time
-/// (docs/RESULTS.md, "Any data").
+/// (docs/RESULTS.md, "Decisions").
 pub const JOIN_ROUNDS: usize = 1;
 /// A third, deeper pass runs where the forward lists after pass 2 hold less
 /// than this share of a sample's exact nearest neighbours

@@ -27,13 +27,9 @@ pub fn auto_width_bound(dim: usize) -> usize {
 /// `16..=auto_width_bound(D)`.
 ///
 /// Departure from the paper (64 to 128 bytes everywhere), measured: where the
-/// spectrum is flat, 96 coordinates rank poorly. On 384-d sentence embeddings
-/// (all-MiniLM-L6-v2; 96 coordinates hold 73% of the variance, 192 hold 91%)
-/// recall@10 at `r16 S64 W3 R32` rises from 0.896 at w = 96 to 0.983 at
-/// w = 192, and R = 128 at w = 96 reaches only 0.969 (CPU, docs/RESULTS.md).
-/// Where the spectrum falls fast the rule keeps the paper's widths:
-/// Fashion-MNIST (96 hold 91%) gets 96, which was the fastest width at every
-/// recall on the H200; GloVe-50 gets 48.
+/// spectrum is flat (sentence embeddings), 96 coordinates rank poorly; where
+/// it falls fast the rule keeps the paper's widths (Fashion-MNIST 96,
+/// GloVe-50 48). `docs/RESULTS.md`, "Decisions".
 pub fn width_for_spectrum(spectrum: &[f64]) -> usize {
     width_holding(spectrum, AUTO_VARIANCE)
 }

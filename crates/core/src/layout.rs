@@ -243,10 +243,7 @@ pub struct FragmentLookupLayout {
 /// loads, then warp `w` decodes copy `w` of the tile for the tile's queries,
 /// one per lane (the spacing's shifts are then the same for the whole warp).
 /// Loaded directly, each lane's coordinates sat 128 bytes or more from its
-/// neighbours', 32 cache lines per warp-wide load: that first version's
-/// passes took 0.13 ms per batch of 10,000 on synth-1m and measured +3.0%
-/// over the lookup inside `wave_search` (median of the quick grid); tiled,
-/// 0.10 ms and +5.6% (H200, same index and lease).
+/// neighbours' (32 cache lines per warp-wide load).
 pub const LOOKUP_TILE_QUERIES: u32 = 32;
 
 /// Columns of the principal coordinates in a fused projection product's

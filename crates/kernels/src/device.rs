@@ -42,20 +42,15 @@ const BLAS_WORKSPACE: usize = 32 << 20;
 const SEARCH_BLOCKS_PER_SM: u32 = 3;
 
 /// Blocks per multiprocessor of `wave_search_dense` (64 registers a thread),
-/// launched when the batch's shared memory lets four fit: on Fashion-MNIST
-/// (H200) four blocks of the same code searched 8-10% faster than three at
-/// the best points for recall 0.95-0.995, and slower where shared memory
-/// allows only three anyway.
+/// launched when the batch's shared memory lets four fit (faster than three
+/// where it does).
 const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
 
 /// Blocks per multiprocessor of `wave_search_narrow` (`NARROW_BLOCK_THREADS`
 /// threads, 64 registers a thread), launched when the batch's shared memory
-/// lets this many fit and the batch fills every multiprocessor with them. On
-/// the H200 (quick grid, batch 10,000) it searched 7-14% (Fashion-MNIST) and
-/// 15-22% (synth-1m) faster than the dense build at the best points for
-/// recall 0.95-0.995; at S64 W3, where only the wide builds fit anyway, it
-/// was 1.5x slower; at batch 100, where each query has a multiprocessor to
-/// itself, its latency was 15% longer.
+/// lets this many fit and the batch fills every multiprocessor with them
+/// (faster than the dense build for small per-query work in full batches,
+/// slower elsewhere).
 const NARROW_SEARCH_BLOCKS_PER_SM: u32 = 8;
 
 /// Blocks per multiprocessor of `wave_search_latency`: one block of

@@ -168,10 +168,8 @@ impl Gpu {
 /// Fewest ids in a query's largest round (the first round's `copies x
 /// read_depth` ripple entries, or a wave's `start_points x row_len` row
 /// entries) for which a batch of at most one query per multiprocessor runs the
-/// 1,024-thread latency build. Measured on synth-1m (H200, batch 100, same
-/// index): with 1,536 ids or fewer it was 5-15% slower than the 256-thread
-/// dense build (more warps at every barrier than the round has work for),
-/// equal at 2,048, and 20-35% faster at 3,072-6,144 (S96-S192, W4).
+/// 1,024-thread latency build: below it, more warps wait at every barrier
+/// than the round has work for, and the 256-thread build is faster.
 const LATENCY_MIN_ROUND_IDS: u32 = 2048;
 
 /// An [`IndexView`] and its copy in device memory (what kernels receive).

@@ -85,20 +85,11 @@ pub struct GpuOptions {
     pub max_batch: usize,
     /// Project queries with cuBLAS on TF32 tensor cores (operands rounded
     /// to 10 bits of mantissa, sums in f32) instead of exact f32 products.
-    /// On by default. The queries are centred on the data's mean first (one
-    /// small kernel), so the rounding error, about `2^-11 |q - mean| |p|`,
-    /// follows a query's distance from the data, not from the origin. The
-    /// projections choose the fragments a query reads and its int8 sketch
-    /// coordinates; the exact rerank reads the stored vectors. The first
-    /// version took the products before centring: a GPU test's
-    /// inner-product index (vectors far from the origin) then returned other
-    /// neighbours than the CPU, and it stayed opt-in. Centred, every GPU test
-    /// passes with it on. Measured (one H200, batch 10,000, same index and
-    /// lease, two runs each, interleaved; `docs/bench/tf32-centred-ab/`):
-    /// recall the same at every point to 1e-4; quick grid median +1.0% on
-    /// synth-1m (best at 0.99 19.20M -> 20.15M, +4.9%) and Fashion-MNIST
-    /// (best at 0.95 +3.9%), GloVe-50 (50-d, the product is cheap) +0.2%.
-    /// The index builder's row search always takes exact products.
+    /// On by default. The queries are centred on the data's mean first, so
+    /// the rounding error follows a query's distance from the data, not
+    /// from the origin; it moves only the fragments read and the sketch
+    /// coordinates (recall the same to 1e-4), never the exact rerank. The
+    /// index builder's row search always takes exact products.
     /// `OCTEX_GPU_PROJECTION_TF32=0|1` overrides it (for measurements).
     pub tf32_projection: bool,
 }

@@ -165,7 +165,7 @@ pub const MAX_SEEDS: usize = 256;
 /// it would return nothing. Seeds in every cluster reach the parts of the data
 /// the neighbour graph does not join: on clusters of very uneven size, queries
 /// of clusters of 0.2% of the data missed all ten neighbours with uniform
-/// seeds alone (docs/RESULTS.md, "Any data"). Costs nothing for queries whose
+/// seeds alone (docs/RESULTS.md, "Decisions"). Costs nothing for queries whose
 /// first round finds at least `S` ids.
 pub fn entry_points(index: &Index) -> Vec<u32> {
     let n = index.len() as u64;
@@ -207,10 +207,8 @@ fn centre_members(index: &Index) -> Vec<u32> {
 
 /// Sketch rows prefetched ahead of the one being ranked.
 const PREFETCH_AHEAD: usize = 32;
-/// Rerank vectors prefetched ahead of the exact distance being computed (2
-/// cores, f16 vectors): Fashion-MNIST r8 S16 W2 R64 20.2-20.9k -> 23.3-23.4k
-/// QPS; 400k x 384 R256 7.3k -> 9.6k, per-wave R64 9.7k -> 11.5k; no change
-/// at R32 or on GloVe-50 (100-byte vectors).
+/// Rerank vectors prefetched ahead of the exact distance being computed
+/// (pays for vectors of several cache lines at `R` >= 64).
 const RERANK_PREFETCH_AHEAD: usize = 4;
 
 /// Per-thread reusable buffers.

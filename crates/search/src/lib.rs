@@ -62,6 +62,7 @@ pub use engine::SearchStats;
 pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
 pub use index::{Index, IndexInner};
 pub use octex_index::Index as RawIndex;
+pub use octex_index::Metric;
 pub use plan::{SearchPlan, MAX_ENTRIES, MAX_WAVES};
 pub use tune::{
     cost_per_query, deepest_params, rebuild_advice, required_sample_recall, Reach, Tuned,
@@ -124,7 +125,7 @@ impl Default for SearchParams {
     /// `r=16, S=64, W=3, R=128`: a deep point that holds on data the project
     /// was not tuned on; [`Index::tune_for_recall_on`] finds cheaper ones.
     /// `R=128`: the exact rerank is cheap beside the sketch, and coarse
-    /// sketches need it (docs/RESULTS.md, "Any data").
+    /// sketches need it (docs/RESULTS.md, "Decisions").
     fn default() -> Self {
         Self {
             read_depth: 16,

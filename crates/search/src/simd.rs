@@ -80,10 +80,8 @@ mod x86 {
 /// Hint the CPU to load every cache line `span` touches (no-op where
 /// unsupported): a sketch row, or a rerank vector. Rows start at `id * w`, not on line boundaries, so a
 /// 48-byte row can straddle two lines and a 208-byte one five; the first
-/// version fetched the lines at bytes 0 and 64 only. On a 400k x 384 set
-/// (2 cores, defaults S64 W3) this took 9.2-9.6k QPS to 13.3-14.1k with
-/// 256-byte rows and 15.2-16.7k to 18.1-18.7k with 80-byte rows; no change
-/// on GloVe-50 and Fashion-MNIST, whose sketches fit the L3 cache.
+/// version fetched the lines at bytes 0 and 64 only, and lost up to a third
+/// of the QPS on sketches larger than the L3 cache.
 #[inline(always)]
 pub fn prefetch<T>(span: &[T]) {
     #[cfg(target_arch = "x86_64")]

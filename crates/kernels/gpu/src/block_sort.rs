@@ -182,10 +182,7 @@ unsafe fn chunk_pass<const TH: u32>(a: *mut u64, n: u32, full: bool) {
 /// stages of one shuffled register against the 21 of [`chunk_pass`]'s two
 /// (the rerank's list of 16 to 32 entries, sorted once a query, and the
 /// selections of rounds that append at most 32). Entries past `n` count as
-/// `u64::MAX` and are not written. With fewer gather slots a pass
-/// (`Round::visit_and_score`) it added about 2-3 points at synth-1m's and
-/// GloVe-50's W1-W2 points (`docs/bench/gather-slots-ab/`, the `gslots`
-/// runs are the slots alone).
+/// `u64::MAX` and are not written.
 #[inline(always)]
 unsafe fn sort_warp(a: *mut u64, n: u32) {
     if tid() >= 32 {
@@ -244,12 +241,7 @@ unsafe fn lane_stage(x: u64, m: u32, top: u32, lane: u32) -> u64 {
 /// and each fold (the smaller of an entry and its mirror in the partner run,
 /// then the half-cleaners of strides 16 to 1) stays in that warp's
 /// registers: 15 shuffled stages a run and 5 a fold, against 21 on two
-/// registers a chunk of 64 and folds through shared memory. Measured against
-/// the selection in chunks of 64 (H200, batch 10,000, same index and lease,
-/// each twice, interleaved; `docs/bench/select-lanes-ab/`): synth-1m +12.0%
-/// median (+9.9% to +15.4%; +12.1% at its best point for 0.99, r4 S12 W1
-/// R24), GloVe-50 +2.6% median (+14% at S16 W2, whose `keep` is 32; +2% at
-/// S32-S48 W3, where only the last wave keeps `R` = 16); recall identical.
+/// registers a chunk of 64 and folds through shared memory.
 #[inline(always)]
 unsafe fn select_smallest_lanes<const TH: u32>(a: *mut u64, n: u32) {
     let (lane, warp) = (lane(), tid() >> 5);
@@ -299,11 +291,7 @@ unsafe fn select_smallest_lanes<const TH: u32>(a: *mut u64, n: u32) {
 /// [`select_smallest_lanes`]: the smaller of each entry and its mirror in
 /// the partner run, then the half-cleaners of strides 32 to 1 (one pass and
 /// one barrier a level, against a compare pass through shared memory, a
-/// barrier, the half-cleaners and a second barrier). Measured against that
-/// (H200, batch 10,000, same index and lease, each twice, interleaved;
-/// `docs/bench/select-pairs-ab/`): Fashion-MNIST +1.9% median, +1.7% to
-/// +3.0% at every point with `R` = 64 (its best points for 0.99 and 0.995),
-/// -0.5% to +0.4% at `R` = 32, where nothing changed; recall identical.
+/// barrier, the half-cleaners and a second barrier).
 #[inline(always)]
 unsafe fn select_smallest_pairs<const TH: u32>(a: *mut u64, n: u32) {
     let (lane, warp) = (lane(), tid() >> 5);

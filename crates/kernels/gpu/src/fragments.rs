@@ -145,19 +145,9 @@ const SPREAD_BLOCKS: u32 = 8;
 /// spreading would take several passes, each with the shuffles and the
 /// hashing on every lane, where one pass of the serial decoding keeps the
 /// block busy.
-/// Measured (H200, batch 10,000 unless said):
-/// - synth-1m, C = 32 (64 pairs; same index and lease, spread in every build
-///   against none): the 256-thread builds (one pass) 3-6% faster at S32-S64,
-///   the decode-and-lookup phase 0.28 -> 0.19 ms at S64 W3; the 128-thread
-///   narrow build (two passes) 2-4% slower; batch-100 latency (the 1,024-thread
-///   build) 5-7% lower at small S;
-/// - GloVe-50, C = 128 (256 pairs; same index and lease, this rule against
-///   the spread in every 256- and 1,024-thread build, two runs each): the
-///   256-thread builds (four passes when spread) decode and look up in 0.69
-///   ms per batch at S64 W3 instead of 0.89, and the 42 points of the quick
-///   grid are 2.4% faster (median; 4-5% at S64), batch-100 latency unchanged
-///   (the 1,024-thread build spreads in one pass either way); synth-1m's
-///   points unchanged (-0.1%).
+/// Spreading pays where it takes one pass (decode-and-lookup a third
+/// shorter on synth-1m at C = 32) and loses where it would take several
+/// (`docs/RESULTS.md`, "Decisions").
 ///
 /// # Safety
 /// The views are the kernel's; `hits` holds `copies x spacings` values.
@@ -240,15 +230,8 @@ pub(crate) unsafe fn find_fragments<const TH: u32>(
 
 /// Blocks of at most this many threads decode in half groups
 /// ([`find_fragments_half_groups`]) where full groups need two passes.
-/// Measured on synth-1m (H200, batch 10,000, same index and lease, two runs
-/// each, interleaved; `docs/bench/half-groups-ab/`): a first version, which
-/// took half groups by a rule in every build, made the narrow build's points
-/// (W1) 4.3% faster (the best at 0.95-0.995 by 4.4-5.1%; the decode-and-lookup
-/// phase at S16 W1 0.168 -> 0.125 ms) but the 256-thread builds' 2.8% slower
-/// (W >= 3), with no change of rule there; so only the narrow build has it.
-/// This version: W1 points +5.5% (median), the best at 0.95 / 0.99 / 0.995
-/// +5.9% / +5.6% / +5.4%, W >= 3 unchanged (the other builds' PTX is as
-/// before).
+/// Only the narrow build gains from half groups; the 256-thread builds lost
+/// to them at W >= 3.
 const HALF_GROUP_MAX_THREADS: u32 = 128;
 
 /// [`find_fragments`] in groups of `lanes` lanes per (copy, spacing), half
@@ -465,13 +448,7 @@ fn z_rows_aligned(bt: &BatchView) -> bool {
 /// The rows are staged with asynchronous copies ([`copy_async_4`]), all of a
 /// thread's in flight at once: as loads and stores, each of the tile's 32
 /// rows waited for the load before it (the compiler cannot move a generic
-/// load past a store to shared memory). Measured (H200, batch 10,000, same
-/// index and lease, two runs each, interleaved; identical recall): synth-1m
-/// W1 points +2.7% at the best for 0.95-0.995 (projection and lookup 0.174
-/// -> 0.160 ms per batch at r16 S16 W1), Fashion-MNIST +2.1% at 0.95,
-/// GloVe-50 C = 128 +1.5% (median of 56 points). Launch bounds of 5 and 6
-/// blocks per multiprocessor on top (48 and 40 registers, with spills)
-/// measured no better (-0.1% and -0.4% against this).
+/// load past a store to shared memory).
 ///
 /// Where the rows are 16-byte aligned ([`z_rows_aligned`]: projections from
 /// a product of their own, or after a multiple of 4 principal coordinates
@@ -479,15 +456,7 @@ fn z_rows_aligned(bt: &BatchView) -> bool {
 /// (else 4 bytes at a time in the same loop), and each thread reads its
 /// coordinates from it 16 bytes at a time
 /// (rows padded to an odd multiple of 4 words: no bank conflicts). A copy
-/// per value, in a loop per row, was 39% of pass 0's instructions (Nsight
-/// Compute, synth-1m: 3,900 a thread, 2,200 of them the four E8 decodings).
-/// With the later passes' 16-byte loads and the GPU's plain `cvt.rzi`
-/// ([`crate::e8`]), measured (H200, batch 10,000, same index and lease, each
-/// binary twice, interleaved; `docs/bench/lookup-vector-ab/`): passes 0 and
-/// 1 from 63.6 and 25.8 us to 46.0 and 18.4 us per batch on synth-1m, 61.3
-/// and 24.8 to 42.4 and 17.3 us on Fashion-MNIST; the quick grid's W1
-/// points +3.8-5.6% (synth-1m) and +3.0-4.6% (Fashion-MNIST), medians
-/// +1.1% and +0.9%, recall identical at every point.
+/// per value, in a loop per row, was 39% of pass 0's instructions.
 ///
 /// # Safety
 /// The block has `tile_smem` bytes of dynamic shared memory; z holds width
@@ -511,8 +480,7 @@ unsafe fn stage_tile(ix: &IndexView, bt: &BatchView) -> (u32, u32, *const f32) {
     // and copies start at multiples of 4 values (`row`, `cd`).
     unsafe {
         // One flat loop over the tile's words (or 16-byte words): a loop per
-        // row ran its bounds checks and address arithmetic 32 times a thread
-        // and was 39% of the kernel's instructions (Nsight Compute, synth-1m).
+        // row ran its bounds checks and address arithmetic 32 times a thread.
         let (width, per_row) = if z_rows_aligned(bt) {
             (4, span / 4)
         } else {

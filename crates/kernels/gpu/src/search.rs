@@ -149,17 +149,8 @@ unsafe fn reset_counter(c: *mut u32) {
 /// wave appends its new entries to the kept list, and the last wave (without
 /// per-wave rerank) keeps only the rerank's `R`.
 ///
-/// Waves once sorted the whole buffer ([`sort_block`]). Selecting in every
-/// round, with the rerank's `R` after the last wave, measured (H200, batch
-/// 10,000, same index and lease, each binary twice, interleaved, together
-/// with the divisions taken out of the gather in `visit_and_score`;
-/// `docs/bench/select-waves-ab/`): GloVe-50 +4.9% median, +6.7% / +7.2% at
-/// its best points for 0.99 / 0.995 (S32 W3, S48 W3); synth-1m -0.6% median,
-/// -1.6% at its best point for 0.99 (r4 S12 W1); recall identical. One code
-/// path for both also spills less (narrow build 72 bytes a thread against
-/// 80; selecting in the last wave only, with sorts before it, spilled 112).
-/// An earlier try that selected only the new entries and folded them into
-/// the kept list took more barriers and measured slower.
+/// Selecting in every round (rather than sorting the whole buffer with
+/// [`sort_block`]) is one code path for every wave and spills less.
 #[inline(always)]
 unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32) -> u32 {
     sync();

@@ -14,12 +14,7 @@ use crate::sketch::QueryScale;
 /// host sized it as a power of two) the hash's mixed low bits under the
 /// mask; else (any count) the high word of the Fibonacci hash times `slots`.
 /// The dense and narrow builds take the mask (they only ever get powers of
-/// two), the others the multiply-high. Measured against the multiply-high in
-/// every build (H200, batch 10,000, same index and lease, each binary twice,
-/// interleaved; `docs/bench/mask-hash-ab/`): synth-1m's W1 points (narrow
-/// build) +1.5% to +4.0%, its best at 0.95 / 0.99 / 0.995 +3.3% / +3.4% /
-/// +3.4%; GloVe-50 C = 128 at S16 W2 (dense) +3.1% to +3.5%; the other
-/// builds' points within 0.3% (their PTX is unchanged).
+/// two, and the mask is the cheaper hash), the others the multiply-high.
 #[inline(always)]
 fn home_slot<const POW2: bool>(id: u32, slots: u32) -> u32 {
     let h = id.wrapping_mul(0x9E37_79B1);
@@ -104,23 +99,9 @@ impl Round<'_> {
     /// entries read. All threads of the block call it, with `fresh_count` zero.
     ///
     /// A pass takes the fewest slots per thread (1, 2, 4 or 8, each a build of
-    /// [`Round::gather_pass`]) that holds the entries left: a round of
-    /// synth-1m's 0.99 point (128 ripple heads, or 12 rows of 64, in a
-    /// 128-thread block) used one or six of the eight slots, and the code of
-    /// the other slots ran all the same (Nsight Compute: 351 and 331
-    /// instructions a thread of straight-line gather code, 129 and 120 per
-    /// probe step, for one and six live slots). Builds of 3 and 6 slots as
-    /// well measured -0.2% median on synth-1m (+1.9% at its 0.99 point) and
-    /// -0.1% on GloVe-50 (`docs/bench/gather-g3-ab/`): not kept. Measured with the warp
-    /// sort of short lists ([`crate::block_sort`]) against the binary
-    /// before (H200, batch 10,000, same index and lease, each twice,
-    /// interleaved; `docs/bench/gather-slots-ab/`): synth-1m +7.6% median
-    /// (+11-14% at S8 W1 and S16 W2, +2-4% at S12-S16 W1, +4.1% at its best
-    /// point for 0.99), GloVe-50 +2.3% median (+15-16% at S16 W2, +5% at
-    /// S48 W3, -0.2% to -0.8% at S24 W2 and S32 W3); recall identical. The
-    /// slots alone, a later call of the same lease: +4.9% and +1.0%. Probe
-    /// steps run until the slowest of a warp's `32 G` claims settles, so
-    /// fewer slots a pass also take fewer steps.
+    /// [`Round::gather_pass`]) that holds the entries left: the code of unused
+    /// slots runs all the same, and probe steps run until the slowest of a
+    /// warp's `32 G` claims settles, so fewer slots a pass take fewer steps.
     #[inline(always)]
     pub(crate) unsafe fn visit_and_score<const TH: u32, const POW2: bool>(
         &self,
@@ -150,11 +131,8 @@ impl Round<'_> {
             }
         }
         sync();
-        // Scoring two rows per thread with their loads interleaved measured
-        // slower on the H200: rounds hold a few hundred fresh ids, so it idled
-        // half the threads. In the wide build, for rounds of at least 4 fresh
-        // ids a thread and rows of 48 bytes, it lost 8.8% on GloVe-50 S48 W3
-        // (`docs/bench/paired-scoring-ab/`).
+        // One row a thread: rounds hold a few hundred fresh ids, so scoring
+        // two rows a thread idles half the threads (measured slower).
         // SAFETY: the counter is complete after the barrier; i < n <= fresh_len;
         // pushes stay under buf_len (sizes).
         unsafe {
@@ -213,9 +191,7 @@ impl Round<'_> {
         // lock step across the warp (the loop's condition is a ballot), so
         // the warp stays converged: per-thread probe loops, taken by a third
         // of the ids at the set's load, split warps into groups of two or
-        // three threads that ran the rest of the round apart (Nsight
-        // Compute, GloVe-50 S64 W4: 30% of the kernel's instructions at
-        // three active threads a warp). Padding ids claim nothing: they
+        // three threads that ran the rest of the round apart. Padding ids claim nothing: they
         // all share one home slot, and their atomics on it once serialised
         // the first round. Index loops, not `for id in ids`: the array's
         // by-value iterator went to local memory.

@@ -97,23 +97,13 @@ pub(super) fn batch_view(
     let first = SearchSmem::first_round_ids(ix, r, start_points);
     let buf_len = first.max(keep + start_points * row_len);
     // The visited set: a slot per entry the query may read, the seeds
-    // counted beside the ripple heads. The tighter bound of the buffer
-    // (`first`) halved the set where it crossed a power of two, and a set
-    // that full is slow: GloVe-50 r16 S24 W1 read 1,591 distinct ids into
-    // 2,048 slots instead of 4,096 and ran at 3.96M QPS (H200, batch
-    // 10,000), under r8's 8.23M (11.99M with this count). Synth-1m's W1
-    // points (about half as many distinct ids per entry) ran 8-16% slower
-    // with sets of a multiple of 32 slots and 10-60% slower with half the
-    // slots per entry, at the same blocks per multiprocessor and more L1
-    // (docs/RESULTS.md, "Padded principal columns measured, and smaller
-    // visited sets").
+    // counted beside the ripple heads (not the buffer's tighter bound: a
+    // nearly full set makes linear probes run long).
     let entries = ix.copies * r + ix.n_seeds + waves * start_points * row_len;
     // The set holds distinct ids only, fewer than the entries read (ids recur
     // across copies and rows): one slot per entry bounds the load at 1 in the
     // worst case, at half the shared memory of a load-0.5 table (more blocks
-    // per SM). Measured (distinct ids per slot, H200 benches): 0.2-0.3 at
-    // S >= 32, up to 0.65 at S8 W1 with r16, where the first round's ripple
-    // heads are most of the entries and few recur. A full set drops ids.
+    // per SM); distinct ids fill 0.2-0.65 of it. A full set drops ids.
     // Small batches take more slots per entry ([`visited_slots_per_entry`])
     // where the shared memory has room.
     let slots =
@@ -204,13 +194,8 @@ pub(super) enum FragmentLookup {
     /// In `query_fragments`, one pass per spacing before `wave_search`
     /// (which reads the fragments found): each decodes only the (query,
     /// copy) items the finer spacings left without a stored fragment, at
-    /// full occupancy. Measured (H200, batch 10,000, same index and lease,
-    /// each binary twice, interleaved, the quick grid or `--shapes`;
-    /// `docs/bench/lookup-kernel-ab/`), against `main`'s search, which found
-    /// every (copy, spacing) inside `wave_search`: synth-1m +5.6% (median of
-    /// 42 points; W1 +7.5%, S128 W4 -0.8%), Fashion-MNIST +4.7% (W1 +8.5%),
-    /// GloVe-50 C = 128 +10.4% (+6% to +21%, every point); against
-    /// `InSearch` in the same binary, synth-1m +3.7%, GloVe-50 +8.3%.
+    /// full occupancy (faster than `InSearch` for batches that fill the
+    /// device).
     OwnKernel,
     /// Inside `wave_search`, by each query's block, before its first round.
     InSearch,
@@ -220,9 +205,8 @@ impl FragmentLookup {
     /// The lookup of a batch of `nq` queries over `index`: its own kernel,
     /// except for batches of at most one query per multiprocessor, whose
     /// blocks have a multiprocessor each and decode with all its threads
-    /// (there the kernel's launches and passes measured slower: batch-100
-    /// latency, median over the grid, synth-1m 0.063 -> 0.087 ms, GloVe-50
-    /// C = 128 0.099 -> 0.122 ms), and for indexes whose spacings or copies
+    /// (there the kernel's extra launches cost more than they save), and
+    /// for indexes whose spacings or copies
     /// pass its limits ([`FragmentLookupLayout::takes`]).
     /// `OCTEX_GPU_FRAGMENT_LOOKUP=search` (or `kernel`) sets it for every
     /// batch, for measurements.
@@ -290,21 +274,14 @@ pub(super) fn search_launches(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rounding {
     /// To a power of two: the set of most launches. At the set's usual
-    /// load its linear probes stay short; a set of exactly the entries
-    /// (twice the load at worst) measured 3-10% slower at S16-S24 W1 and 13%
-    /// slower at S64 W4 (GloVe-50, same blocks per multiprocessor; H200,
-    /// batch 10,000, rows of 64).
+    /// load its linear probes stay short.
     PowerOfTwo,
     /// To a multiple of [`VISITED_SLOT_STEP`]: where the power-of-two set
     /// leaves one block of the wide build a multiprocessor (or none: the
     /// batch would spill) and the smaller set lets more fit, and in the
-    /// global scratch of a spilled batch. Measured against powers of two
-    /// (same lease and index; H200, batch 10,000): S64 W3, one block a
-    /// multiprocessor -> two, 1.35-1.6x faster on GloVe-50 and synth-1m;
-    /// S128 W4 (spilled) 1.13-1.18x. Not used from two blocks to three
-    /// (GloVe-50 C = 128 S32 W4: 11% slower) nor where it would move a
-    /// launch to the dense build (S32 W2: 8% faster on synth-1m, 11-24%
-    /// slower on GloVe-50): there the load costs more than the blocks gain.
+    /// global scratch of a spilled batch. Not used from two blocks to three
+    /// nor where it would move a launch to the dense build: there the load
+    /// costs more than the blocks gain.
     Step,
 }
 

@@ -63,9 +63,7 @@ fn resolve_tf32(option: bool) -> bool {
 
 /// Multiply-adds the fused product may add to a batch's projection over the
 /// two products: about what one more launch costs (a few microseconds on an
-/// H200). Small batches of wide vectors save the second product's launch:
-/// synth-1m (128-d) at batch 100, projection and kernel set-up 0.013 ->
-/// 0.009 ms.
+/// H200). Small batches of wide vectors save the second product's launch.
 const FUSED_EXTRA_MULTIPLY_ADDS: usize = 1 << 26;
 
 /// The largest batch that takes the fused product `[P | P_c R]`: every batch
@@ -91,21 +89,15 @@ impl Projection {
         // `OCTEX_GPU_PROJECTION=two` keeps wide vectors on two products at
         // every batch size, `fused` puts every batch on the fused product
         // (for measurements: the rule counts multiply-adds, but at batch
-        // 10,000 the products are bound by their launches and their output,
-        // not by the tensor cores; synth-1m's second product took 21 us,
-        // 11.6% of the warps active, `docs/bench/profile/kernel-times-*`).
+        // 10,000 the products are bound by their launches and their output).
         let forced = std::env::var("OCTEX_GPU_PROJECTION");
         let fused_max_batch = match forced.as_deref() {
             Ok("two") if dim > mc => 0,
             Ok("fused") => usize::MAX,
             _ => fused_max_batch(dim, mc, width),
         };
-        // The principal block padded to a multiple of 4 columns. Measured
-        // on GloVe-50 (50 principal coordinates; H200, batch 10,000, same
-        // index and lease, each setting twice, interleaved, 24 points of
-        // S16-S48 W1-W3; docs/bench/padded-pcs-ab/): every point faster,
-        // +0.2% to +1.5% (median +0.6%), projection, lookup and set-up 0.157
-        // -> 0.147 ms per batch at r16 S64 W3, recall identical.
+        // The principal block padded to a multiple of 4 columns, so the
+        // projections start 16-byte aligned for the fragment lookup.
         // `OCTEX_GPU_PAD_PCS=0` leaves it unpadded, for measurements.
         let pc_cols = if std::env::var("OCTEX_GPU_PAD_PCS").is_ok_and(|v| v == "0") {
             map.basis_dim
@@ -272,9 +264,7 @@ impl DeviceIndex {
         let basis_bias_at = parts.put(gpu, &basis_bias)?;
         // The projections' bias folded into the shifts, per spacing, so the
         // kernel's decoding reads one value per coordinate besides `z`, as the
-        // builder's does. Measured against a second load of the bias (synth-1m,
-        // H200, same lease, 42 points twice each): equal (median 1.000, worst
-        // -1%); kept for the simpler kernel.
+        // builder's does (as fast as a second load, and a simpler kernel).
         let width = map.width();
         let search_shifts: Vec<f32> = inv
             .iter()

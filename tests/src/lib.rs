@@ -2,6 +2,7 @@
 //! mixture with a decaying spectrum, like real embeddings) and exact references.
 
 use octex_lattice::GaussianRng;
+use octex_search::Metric;
 
 /// `n` vectors of dimension `dim` from `clusters` Gaussian clusters whose centres
 /// and spreads decay along the coordinates (anisotropic, like real embeddings).
@@ -49,46 +50,21 @@ pub fn uneven_clusters(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<
     out
 }
 
-/// Exact top-k ids by squared L2 (brute force, for references).
+/// Exact top-k ids by squared L2 ([`octex_search::knn`], for references).
 pub fn brute_force(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Vec<u32> {
-    let (ids, _) = octex_build::knn::exact_knn(
-        base,
-        queries,
-        dim,
-        k,
-        octex_build::knn::KnnMetric::L2,
-        false,
-        &|_| {},
-    );
-    ids
+    octex_search::knn::ground_truth(base, queries, dim, k, Metric::L2, &|_| {})
+        .expect("L2 takes any finite vector")
 }
 
 /// Exact top-k ids by inner product.
 pub fn brute_force_ip(base: &[f32], queries: &[f32], dim: usize, k: usize) -> Vec<u32> {
-    let (ids, _) = octex_build::knn::exact_knn(
-        base,
-        queries,
-        dim,
-        k,
-        octex_build::knn::KnnMetric::NegDot,
-        false,
-        &|_| {},
-    );
-    ids
+    octex_search::knn::ground_truth(base, queries, dim, k, Metric::InnerProduct, &|_| {})
+        .expect("inner product takes any finite vector")
 }
 
 /// recall@k of `found` against `truth`, both `nq x k`.
 pub fn recall(found: &[u32], truth: &[u32], k: usize) -> f64 {
-    let nq = truth.len() / k;
-    let hits: usize = (0..nq)
-        .map(|q| {
-            found[q * k..(q + 1) * k]
-                .iter()
-                .filter(|id| truth[q * k..(q + 1) * k].contains(id))
-                .count()
-        })
-        .sum();
-    hits as f64 / (nq * k) as f64
+    octex_search::knn::recall_at_k(found, k, truth, k, k).expect("nq x k rows on both sides")
 }
 
 /// Small, fast build parameters for tests.

@@ -175,12 +175,12 @@ fn exact_rows_hold_the_true_neighbours_and_reverse_entries() {
     // A reverse entry lists the owner among its first k_s forward neighbours.
     let k_s = octex_build::params::default_reverse_entries(lt);
     let n = index.len();
-    let (truth, _) = octex_build::knn::exact_knn(
+    let (truth, _) = octex_search::knn::exact_knn(
         &base,
         &base,
         DIM,
         lt,
-        octex_build::knn::KnnMetric::L2,
+        octex_search::knn::KnnMetric::L2,
         true,
         &|_| {},
     );

@@ -408,11 +408,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
             ids = i;
             stats = st;
         }
-        let res: Vec<i32> = ids
-            .iter()
-            .map(|&i| if i == u32::MAX { -1 } else { i as i32 })
-            .collect();
-        let recall = data::recall_at(&res, 10, &gt, gk, 10)?;
+        let recall = data::recall_at(&ids, 10, &gt, gk, 10)?;
         let secs = median(times);
         let q = stats.queries.max(1) as f64;
         println!(
@@ -434,7 +430,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     // Exact brute force (ours: blocked GEMM on all cores).
     let (base, _) = data::read_vectors(&ds.base())?;
     let t = Instant::now();
-    data::ground_truth(&base, &queries, dim, 10, metric);
+    data::ground_truth(&base, &queries, dim, 10, metric)?;
     let bf_secs = t.elapsed().as_secs_f64();
     println!("octex exact brute force: {:.0} QPS", nq as f64 / bf_secs);
     points.push(json!({"system": "brute force (octex exact_knn)", "params": "blocked GEMM", "recall": 1.0, "qps": nq as f64 / bf_secs, "seconds": bf_secs}));

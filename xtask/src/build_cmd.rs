@@ -198,12 +198,7 @@ pub fn run(args: BuildArgs, root: &Path) -> Result<()> {
     let (base, dim, metric) = resolve_base(&args.base, args.metric, root)?;
     let params = args.flags.params(args.backend)?;
     let n = base.len() / dim;
-    let stored_dim = if metric == Metric::InnerProduct {
-        dim + 1
-    } else {
-        dim
-    };
-    let (resolved, budget) = params.resolve_for_target(n, stored_dim);
+    let (resolved, budget) = params.resolve_for_target(n, metric.stored_dim(dim));
     if let Some(b) = &budget {
         println!(
             "memory budget {:.1} GiB ({}); typical size of these parameters {:.1} GiB",

@@ -370,7 +370,7 @@ fn rabitq(x: &[f32], q: &[f32], dim: usize, bits: u32) -> Approx {
 }
 
 /// Mean recall@10 inside the top `R` of the code's ranking, `R = 1 ..= 1000`.
-fn recall_curve(code: &Approx, gt: &[i32], gk: usize, nq: usize) -> Vec<f64> {
+fn recall_curve(code: &Approx, gt: &[u32], gk: usize, nq: usize) -> Vec<f64> {
     let n = code.norm_term.len();
     let m = code.dim;
     let x = MatRef::from_row_major_slice(&code.approx, n, m);
@@ -404,11 +404,7 @@ fn recall_curve(code: &Approx, gt: &[i32], gk: usize, nq: usize) -> Vec<f64> {
                 let truth = &gt[(start + i) * gk..(start + i) * gk + 10];
                 truth
                     .iter()
-                    .map(|&t| {
-                        est.iter()
-                            .position(|e| e.1 as i32 == t)
-                            .unwrap_or(MAX_DEPTH)
-                    })
+                    .map(|&t| est.iter().position(|e| e.1 == t).unwrap_or(MAX_DEPTH))
                     .collect()
             })
             .collect();

@@ -82,66 +82,32 @@ pub fn read_vectors(path: &Path) -> Result<(Vec<f32>, usize)> {
     Ok((f.read_all_f32()?, f.dim()))
 }
 
-/// Read ids (ivecs or .npy i32) with their row width.
-pub fn read_ids(path: &Path) -> Result<(Vec<i32>, usize)> {
+/// Read ids (ivecs or .npy i32) with their row width; negative ids (none)
+/// become `u32::MAX`, as octex reports a missing result.
+pub fn read_ids(path: &Path) -> Result<(Vec<u32>, usize)> {
     let f = VectorFile::open(path)?;
-    Ok((f.read_all_i32()?, f.dim()))
+    let ids = f.read_all_i32()?;
+    Ok((
+        ids.into_iter()
+            .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+            .collect(),
+        f.dim(),
+    ))
 }
 
-/// Exact top-`k` ids of every query, nearest first.
+/// Exact top-`k` ids of every query, nearest first, with a progress bar.
 pub fn ground_truth(
     base: &[f32],
     queries: &[f32],
     dim: usize,
     k: usize,
     metric: Metric,
-) -> Vec<u32> {
-    let norm = |v: &[f32]| -> Vec<f32> {
-        v.chunks_exact(dim)
-            .flat_map(|r| {
-                let n = r
-                    .iter()
-                    .map(|x| x * x)
-                    .sum::<f32>()
-                    .sqrt()
-                    .max(f32::MIN_POSITIVE);
-                r.iter().map(move |x| x / n)
-            })
-            .collect()
-    };
+) -> Result<Vec<u32>> {
     let pb = indicatif::ProgressBar::new((queries.len() / dim) as u64);
-    let tick = |n: usize| pb.inc(n as u64);
-    let (ids, _) = match metric {
-        Metric::L2 => octex_build::knn::exact_knn(
-            base,
-            queries,
-            dim,
-            k,
-            octex_build::knn::KnnMetric::L2,
-            false,
-            &tick,
-        ),
-        Metric::Cosine => octex_build::knn::exact_knn(
-            &norm(base),
-            &norm(queries),
-            dim,
-            k,
-            octex_build::knn::KnnMetric::L2,
-            false,
-            &tick,
-        ),
-        Metric::InnerProduct => octex_build::knn::exact_knn(
-            base,
-            queries,
-            dim,
-            k,
-            octex_build::knn::KnnMetric::NegDot,
-            false,
-            &tick,
-        ),
-    };
+    let ids =
+        octex_search::knn::ground_truth(base, queries, dim, k, metric, &|n| pb.inc(n as u64))?;
     pb.finish_and_clear();
-    ids
+    Ok(ids)
 }
 
 /// Write ids as ivecs (`u32::MAX` as -1).
@@ -155,24 +121,6 @@ pub fn write_ids(path: &Path, ids: &[u32], k: usize) -> Result<()> {
 }
 
 /// recall@k of `results` (`nq x rk`) against `gt` (`nq x gk`), both nearest first.
-pub fn recall_at(results: &[i32], rk: usize, gt: &[i32], gk: usize, k: usize) -> Result<f64> {
-    if rk < k || gk < k {
-        bail!("recall@{k} needs at least {k} results and {k} true neighbours per query (have {rk} and {gk})");
-    }
-    let nq = results.len() / rk;
-    if gt.len() / gk != nq {
-        bail!(
-            "{nq} result rows against {} ground-truth rows",
-            gt.len() / gk
-        );
-    }
-    let mut hits = 0usize;
-    for q in 0..nq {
-        let truth = &gt[q * gk..q * gk + k];
-        hits += results[q * rk..q * rk + k]
-            .iter()
-            .filter(|id| **id >= 0 && truth.contains(id))
-            .count();
-    }
-    Ok(hits as f64 / (nq * k).max(1) as f64)
+pub fn recall_at(results: &[u32], rk: usize, gt: &[u32], gk: usize, k: usize) -> Result<f64> {
+    Ok(octex_search::knn::recall_at_k(results, rk, gt, gk, k)?)
 }

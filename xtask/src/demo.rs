@@ -65,7 +65,7 @@ pub fn run(name: &str, root: &Path, backend: Backend, recall: Option<f64>) -> Re
     let qps = nq as f64 / secs;
 
     let t = Instant::now();
-    let exact = data::ground_truth(&base, &queries, dim, 10, metric);
+    let exact = data::ground_truth(&base, &queries, dim, 10, metric)?;
     let bf_secs = t.elapsed().as_secs_f64();
     let bf_qps = nq as f64 / bf_secs;
     let bf_recall = crate::search_cmd::recall_of(&exact, 10, &ds.gt())?;

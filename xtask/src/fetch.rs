@@ -57,7 +57,7 @@ pub fn fetch(name: &str, root: &Path) -> Result<()> {
     write_fvecs(&dir.join("base.fvecs"), &base, dim)?;
     write_fvecs(&dir.join("query.fvecs"), &queries, dim)?;
     let t = Instant::now();
-    let gt = ground_truth(&base, &queries, dim, GT_K, metric);
+    let gt = ground_truth(&base, &queries, dim, GT_K, metric)?;
     println!(
         "{name}: exact top-{GT_K} ground truth of {} queries in {:.1} s",
         queries.len() / dim,

@@ -174,12 +174,8 @@ fn best_at<'a>(points: &'a [Value], target: f64, pick: &dyn Fn(&str) -> bool) ->
         })
 }
 
-fn recall_of(ids: &[u32], gt: &[i32], gk: usize) -> Result<f64> {
-    let res: Vec<i32> = ids
-        .iter()
-        .map(|&i| if i == u32::MAX { -1 } else { i as i32 })
-        .collect();
-    data::recall_at(&res, 10, gt, gk, 10)
+fn recall_of(ids: &[u32], gt: &[u32], gk: usize) -> Result<f64> {
+    data::recall_at(ids, 10, gt, gk, 10)
 }
 
 /// Bytes a query reads from device memory, estimated from the work counters:
@@ -208,7 +204,7 @@ pub fn run(
     build: Value,
     queries: &[f32],
     dim: usize,
-    (gt, gk): (&[i32], usize),
+    (gt, gk): (&[u32], usize),
     tuned: &[SearchParams],
     repeats: usize,
     grid_sweep: Sweep,
@@ -360,15 +356,8 @@ pub fn run(
     let (mut base, bdim) = data::read_vectors(&ds.base())?;
     let mut qs = queries[..batch * dim].to_vec();
     if ds.metric()? == Metric::Cosine {
-        for v in base.chunks_exact_mut(bdim).chain(qs.chunks_exact_mut(dim)) {
-            let n = v
-                .iter()
-                .map(|x| x * x)
-                .sum::<f32>()
-                .sqrt()
-                .max(f32::MIN_POSITIVE);
-            v.iter_mut().for_each(|x| *x /= n);
-        }
+        base = octex_search::knn::cosine_normalised(&base, bdim)?;
+        qs = octex_search::knn::cosine_normalised(&qs, dim)?;
     }
     let bf_gpu = Gpu::open(0)?;
     let bf = GpuBruteForce::new(&bf_gpu, &base, bdim)?;

@@ -154,7 +154,7 @@ fn main() -> Result<()> {
             let (q, qdim) = data::read_vectors(&queries)?;
             anyhow::ensure!(dim == qdim, "base has dimension {dim}, queries {qdim}");
             let t = Instant::now();
-            let ids = data::ground_truth(&b, &q, dim, k, metric);
+            let ids = data::ground_truth(&b, &q, dim, k, metric)?;
             let secs = t.elapsed().as_secs_f64();
             data::write_ids(&out, &ids, k)?;
             println!(

@@ -143,11 +143,7 @@ pub fn open(index: &Index, backend: Backend, batch: usize) -> Result<BackendSear
 
 pub fn recall_of(ids: &[u32], k: usize, gt_path: &Path) -> Result<f64> {
     let (gt, gk) = data::read_ids(gt_path)?;
-    let res: Vec<i32> = ids
-        .iter()
-        .map(|&i| if i == u32::MAX { -1 } else { i as i32 })
-        .collect();
-    data::recall_at(&res, k, &gt, gk, k)
+    data::recall_at(ids, k, &gt, gk, k)
 }
 
 pub fn run(args: SearchArgs) -> Result<()> {

@@ -107,7 +107,7 @@ pub fn run(spec: SynthSpec, root: &Path) -> Result<()> {
     );
     let t = Instant::now();
     let k = 10;
-    let gt = data::ground_truth(&base, &qs, dim, k, metric);
+    let gt = data::ground_truth(&base, &qs, dim, k, metric)?;
     data::write_ids(&dir.join("gt.ivecs"), &gt, k)?;
     println!(
         "exact top-{k} ground truth in {:.1} s",

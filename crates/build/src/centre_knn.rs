@@ -22,8 +22,8 @@
 
 use rayon::prelude::*;
 
-use crate::knn::{exact_knn, KnnMetric, TopK};
 use crate::pca::sample_rows;
+use octex_search::knn::{exact_knn, KnnMetric, TopK};
 
 /// Shape of the inverted file of one copy.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -404,7 +404,7 @@ fn scan_row(top: &mut TopK, cn: f32, dots: &[f32], norms: &[f32], ids: &[u32]) {
 }
 
 /// Share of the exact `l` nearest (a brute-force k-NN over `z` by
-/// [`crate::knn::exact_knn`]) that `found` holds, over the given centres
+/// [`octex_search::knn::exact_knn`]) that `found` holds, over the given centres
 /// (`found` is `centres x l`). A found id as near as the `l`-th true one counts
 /// as found (distance ties).
 pub fn recall_against_exact(

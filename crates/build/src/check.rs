@@ -4,8 +4,8 @@
 
 use rayon::prelude::*;
 
-use crate::knn::{exact_knn, squared_l2, KnnMetric};
 use octex_index::PAD_ID;
+use octex_search::knn::{exact_knn, squared_l2, KnnMetric};
 
 /// Vectors sampled by the row check.
 pub const ROW_CHECK_SAMPLE: usize = 500;

@@ -14,7 +14,7 @@
 //!    through an inverted file over the copy's projection ([`centre_knn`];
 //!    on the GPU [`gpu_centre_knn`]);
 //! 5. the int8 sketch ([`sketch`]);
-//! 6. neighbour rows: exact k-NN ([`knn`]) or the index's own search
+//! 6. neighbour rows: exact k-NN ([`octex_search::knn`]) or the index's own search
 //!    ([`search_rows`]) for `2 Lt` neighbours a vector, ordered by detour
 //!    count ([`rows::order_by_detours`]), then the row's head, reverse
 //!    entries and the rest ([`rows`]);
@@ -46,7 +46,6 @@ pub mod gpu_sort_builder;
 mod no_gpu;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::{gpu_ripples, gpu_rows};
-pub mod knn;
 pub mod memory;
 pub mod params;
 pub mod pca;
@@ -70,6 +69,7 @@ use octex_index::{
     Index, IndexError, IndexHeader, IndexParts, RerankVectors, VectorDtype, VectorProblem,
 };
 use octex_lattice::{CopyMap, CopyMapParams};
+use octex_search::knn;
 use rayon::prelude::*;
 use serde::Serialize;
 

@@ -49,32 +49,6 @@ pub fn sample_rows(n: usize, sample: usize, seed: u64) -> Vec<usize> {
     idx
 }
 
-/// The mean of the rows of `data` (`dim` columns), summed in f64; zeros
-/// for no rows.
-pub fn column_mean(data: &[f32], dim: usize) -> Vec<f64> {
-    let n = data.len() / dim;
-    if n == 0 {
-        return vec![0.0; dim];
-    }
-    let sum = data
-        .par_chunks(dim * 4096)
-        .map(|chunk| {
-            let mut acc = vec![0f64; dim];
-            for r in chunk.chunks_exact(dim) {
-                acc.iter_mut().zip(r).for_each(|(a, &v)| *a += v as f64);
-            }
-            acc
-        })
-        .reduce(
-            || vec![0f64; dim],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
-        );
-    sum.iter().map(|s| s / n as f64).collect()
-}
-
 /// Mean (over all rows) and the top `m` principal directions (over `rows`),
 /// `m` chosen by `choose_m` from the spectrum (all `D` variances, descending).
 pub fn fit(
@@ -83,7 +57,7 @@ pub fn fit(
     rows: &[usize],
     choose_m: impl FnOnce(&Spectra) -> usize,
 ) -> Pca {
-    let mean64 = column_mean(data, dim);
+    let mean64 = octex_search::knn::column_mean(data, dim);
     let mean: Vec<f32> = mean64.iter().map(|&v| v as f32).collect();
 
     let s = rows.len();

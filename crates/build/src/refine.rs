@@ -8,8 +8,8 @@
 
 use rayon::prelude::*;
 
-use crate::knn::{squared_l2, TopK};
 use octex_index::PAD_ID;
+use octex_search::knn::{squared_l2, TopK};
 
 /// Forward and reverse neighbours of a vector whose lists a round offers it.
 pub const JOIN_FANOUT: usize = 16;
@@ -135,8 +135,8 @@ pub fn join_round(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::knn::{exact_knn, KnnMetric};
     use octex_lattice::GaussianRng;
+    use octex_search::knn::{exact_knn, KnnMetric};
 
     fn recall(got: &[u32], want: &[u32], k: usize, at: usize) -> f64 {
         let n = got.len() / k;

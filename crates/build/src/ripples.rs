@@ -356,7 +356,7 @@ pub fn build_copy_members(
             cand.clear();
             centre_of(map, copy, s, &z[first * cd..(first + 1) * cd], &mut centre);
             let dist_to_centre = |id: u32| -> f32 {
-                crate::knn::squared_l2(&z[id as usize * cd..(id as usize + 1) * cd], &centre)
+                octex_search::knn::squared_l2(&z[id as usize * cd..(id as usize + 1) * cd], &centre)
             };
             cand.extend(members.iter().map(|&m| (dist_to_centre(m), m)));
             if let Some((par, slot_keys, slot_ids)) = &parent {

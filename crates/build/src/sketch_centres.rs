@@ -75,7 +75,7 @@ pub fn fit_centres(sample: &[f32], w: usize, seed: u64) -> Vec<f32> {
     let rows = sample.len() / w;
     let k = CENTRES.min(rows / ROWS_PER_CENTRE).max(1);
     let row = |r: usize| &sample[r * w..(r + 1) * w];
-    let dist = crate::knn::squared_l2;
+    let dist = octex_search::knn::squared_l2;
     let mut rng = octex_lattice::GaussianRng::new(seed, 0x5ce7);
     let mut centres: Vec<f32> = row((rng.next_u64() % rows as u64) as usize).to_vec();
     let first = centres.clone();

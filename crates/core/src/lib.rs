@@ -6,6 +6,7 @@
 //! It is `no_std`, allocation-free and has no dependencies, so the CPU and the
 //! GPU decode, hash and lay out data from the very same source:
 //!
+//! - [`distance`]: the build's exact squared L2 distance, one summation order;
 //! - [`e8`]: nearest point of D8 and E8 with one fixed tie rule;
 //! - [`key`]: the 64-bit fragment key and check word of a tuple of E8 points;
 //! - [`layout`]: the `repr(C)` argument structures and constants the kernels
@@ -25,6 +26,7 @@
 )]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
+pub mod distance;
 pub mod e8;
 pub mod key;
 pub mod layout;

@@ -47,6 +47,7 @@ mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod index;
+pub mod knn;
 mod plan;
 pub mod simd;
 mod tune;

@@ -11,11 +11,11 @@
 //! vector, and an indexed vector is an easy query: its own neighbour row
 //! holds its exact neighbours), turned into queries as the metric stores them
 //! (cosine: normalised again; inner product: the extra coordinate 0), against
-//! exact neighbours computed on the fly (brute force over the rerank vectors).
+//! exact neighbours computed on the fly ([`crate::knn`] over the rerank vectors).
 
 use octex_index::{Metric, RerankView, VectorDtype};
-use rayon::prelude::*;
 
+use crate::knn::{self, Exclude, KnnMetric};
 use crate::{Index, SearchError, SearchParams, SearchStats};
 
 /// Sample vectors used as queries to choose a point, and as many again to
@@ -173,8 +173,7 @@ impl Sample {
         let per_query: Vec<f64> = (0..nq)
             .map(|qi| {
                 let truth = &self.truth[qi * self.k..(qi + 1) * self.k];
-                let hits = res.ids(qi).iter().filter(|id| truth.contains(id)).count();
-                hits as f64 / self.k.max(1) as f64
+                knn::hits_at_k(res.ids(qi), truth, self.k) as f64 / self.k.max(1) as f64
             })
             .collect();
         let mean = per_query.iter().sum::<f64>() / nq.max(1) as f64;
@@ -379,7 +378,16 @@ impl Index {
             stored(id, q);
         }
         // Each sample vector's distance to its nearest other vector.
-        let (_, nearest) = exact_neighbours(self, &own, Some(&picks), 1, &stored);
+        let (_, nearest) = knn::exact_knn_of_rows(
+            self.len(),
+            &stored,
+            &own,
+            sdim,
+            1,
+            KnnMetric::L2,
+            Exclude::Rows(&picks),
+            &|_| {},
+        );
         let metric = self.metric();
         let moved = if metric == Metric::InnerProduct {
             sdim - 1
@@ -405,8 +413,10 @@ impl Index {
             match metric {
                 Metric::InnerProduct => q[sdim - 1] = 0.0,
                 Metric::Cosine => {
-                    let norm = Metric::squared_norm(q).sqrt() as f32;
-                    q.iter_mut().for_each(|x| *x /= norm.max(f32::MIN_POSITIVE));
+                    // Normalised as the index stores it (a zero vector, which
+                    // a moved unit vector cannot be, would stay as it is).
+                    let moved_q = q.to_vec();
+                    let _ = metric.prepare_query(&moved_q, Metric::squared_norm(&moved_q), q);
                 }
                 Metric::L2 => {}
             }
@@ -419,7 +429,16 @@ impl Index {
     fn split_sample(&self, queries: &[f32], k: usize) -> (Sample, Sample) {
         let sdim = self.raw.dim();
         let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
-        let (truth, _) = exact_neighbours(self, queries, None, k, &stored);
+        let (truth, _) = knn::exact_knn_of_rows(
+            self.len(),
+            &stored,
+            queries,
+            sdim,
+            k,
+            KnnMetric::L2,
+            Exclude::Nothing,
+            &|_| {},
+        );
         let nq = queries.len() / sdim;
         let split = |parity: usize| {
             let rows: Vec<usize> = (0..nq).filter(|i| i % 2 == parity).collect();
@@ -460,70 +479,6 @@ fn check_target(target: f64) -> Result<(), SearchError> {
             "recall target {target} is not in (0, 1]"
         )))
     }
-}
-
-/// The exact `k` nearest stored vectors of each query and their squared L2
-/// distances in the stored space (`own`: each query's own id, left out).
-fn exact_neighbours(
-    index: &Index,
-    queries: &[f32],
-    own: Option<&[usize]>,
-    k: usize,
-    stored: &(dyn Fn(usize, &mut [f32]) + Sync),
-) -> (Vec<u32>, Vec<f32>) {
-    let (n, sdim) = (index.len(), index.raw.dim());
-    let nq = queries.len() / sdim;
-    // Per chunk of base vectors, each query's best k; then merged.
-    let chunk = 4096;
-    let (l2, _) = crate::simd::exact_kernels();
-    let partial: Vec<Vec<(f32, u32)>> = (0..n.div_ceil(chunk))
-        .into_par_iter()
-        .map(|c| {
-            let mut row = vec![0f32; sdim];
-            let mut best: Vec<Vec<(f32, u32)>> = vec![Vec::with_capacity(k + 1); nq];
-            for id in c * chunk..((c + 1) * chunk).min(n) {
-                stored(id, &mut row);
-                for (qi, q) in queries.chunks_exact(sdim).enumerate() {
-                    if own.is_some_and(|o| o[qi] == id) {
-                        continue;
-                    }
-                    let d = l2(q, &row);
-                    let b = &mut best[qi];
-                    if b.len() < k || d < b[b.len() - 1].0 {
-                        let at = b.partition_point(|e| e.0 <= d);
-                        b.insert(at, (d, id as u32));
-                        b.truncate(k);
-                    }
-                }
-            }
-            // Exactly k per query (padded), so query qi's are at qi * k.
-            best.into_iter()
-                .flat_map(|mut b| {
-                    b.resize(k, (f32::INFINITY, u32::MAX));
-                    b
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let mut out = vec![u32::MAX; nq * k];
-    let mut dists = vec![f32::INFINITY; nq * k];
-    for qi in 0..nq {
-        let mut all: Vec<(f32, u32)> = partial
-            .iter()
-            .flat_map(|p| p.iter().skip(qi * k).take(k).copied())
-            .collect();
-        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (j, e) in all
-            .into_iter()
-            .filter(|e| e.1 != u32::MAX)
-            .take(k)
-            .enumerate()
-        {
-            out[qi * k + j] = e.1;
-            dists[qi * k + j] = e.0;
-        }
-    }
-    (out, dists)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::e8::decode_e8;
 use crate::key::KeyHasher;
 use crate::layout::{NO_FRAGMENT, PARENT_CANDIDATES, RippleLevel};
 use crate::prims::*;
+use octex_core::distance::squared_l2;
 
 #[inline(always)]
 fn gid() -> u64 {
@@ -357,11 +358,12 @@ pub unsafe extern "ptx-kernel" fn complete_short(
         let mut c = t;
         while c < count {
             let row = z.add(*cand_id.add(c as usize) as usize * cd as usize);
-            let mut d = 0.0f32;
-            for j in 0..cd as usize {
-                let e = *row.add(j) - *centre.add(j);
-                d += e * e;
-            }
+            // The CPU's rule and summation order (octex_core::distance). The
+            // row holds cd values of z; the centre, cd of shared memory.
+            let d = squared_l2(
+                core::slice::from_raw_parts(row, cd as usize),
+                core::slice::from_raw_parts(centre, cd as usize),
+            );
             *cand_d.add(c as usize) = d.to_bits();
             c += T;
         }

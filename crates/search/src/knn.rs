@@ -1,10 +1,13 @@
-//! Exact k nearest neighbours by blocked f64 matrix products (faer) on all cores.
+//! Exact k nearest neighbours and recall@k: the one home of evaluation, read
+//! by the builder (exact rows, its checks), the tuner (`recall=`), `xtask`
+//! (ground truth, benchmarks) and the tests.
 //!
-//! Used for ground truth and for the exact neighbour rows of small indexes. Queries
+//! Exact k-NN runs blocked f64 matrix products (faer) on all cores. Queries
 //! are cut into blocks of [`QUERY_BLOCK`] rows, the base into blocks of
 //! [`BASE_BLOCK`]; each pair of blocks is one GEMM, after which every row keeps its
-//! `k` best in a sorted array (a candidate costs one comparison unless it enters).
+//! `k` best (a candidate costs one comparison unless it enters).
 
+use octex_index::{Metric, VectorProblem};
 use rayon::prelude::*;
 
 /// How exact search scores a pair.
@@ -94,21 +97,26 @@ impl TopK {
     }
 }
 
-/// Squared L2 distance by direct differences, in eight lanes so the loop
-/// vectorises: exact where the products' expansion loses digits.
-#[inline]
-pub fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            let d = x[l] - y[l];
-            acc[l] += d * d;
+pub use octex_core::distance::squared_l2;
+
+/// Base rows a query may not have as neighbours.
+#[derive(Clone, Copy, Debug)]
+pub enum Exclude<'a> {
+    Nothing,
+    /// Query `i` is base row `i` (neighbour rows of the base itself).
+    SameRow,
+    /// Query `i` is base row `ids[i]`.
+    Rows(&'a [usize]),
+}
+
+impl Exclude<'_> {
+    fn row_of(&self, query: usize) -> usize {
+        match self {
+            Exclude::Nothing => usize::MAX,
+            Exclude::SameRow => query,
+            Exclude::Rows(ids) => ids[query],
         }
     }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| (x - y) * (x - y)).sum();
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Exact `k` nearest base rows of every query. Returns `(ids, distances)`, both
@@ -116,10 +124,6 @@ pub fn squared_l2(a: &[f32], b: &[f32]) -> f32 {
 /// infinity. With `exclude_self`, query `i` is base row `i` and never its own
 /// neighbour (for neighbour rows). `on_block` is called once per finished query
 /// block with its row count (progress).
-///
-/// Products in f64 of vectors less the base's mean (L2): the expansion
-/// `|q|^2 + |b|^2 - 2 q.b` in f32 misordered 1.8% of the true neighbours of
-/// a synthetic set of tight clusters far from the origin.
 pub fn exact_knn(
     base: &[f32],
     queries: &[f32],
@@ -129,11 +133,69 @@ pub fn exact_knn(
     exclude_self: bool,
     on_block: &(dyn Fn(usize) + Sync),
 ) -> (Vec<u32>, Vec<f32>) {
-    assert!(dim > 0 && base.len() % dim == 0 && queries.len() % dim == 0);
-    let n = base.len() / dim;
+    assert!(dim > 0 && base.len() % dim == 0);
+    let exclude = if exclude_self {
+        Exclude::SameRow
+    } else {
+        Exclude::Nothing
+    };
+    let rows = |id: usize, out: &mut [f32]| out.copy_from_slice(&base[id * dim..(id + 1) * dim]);
+    exact_knn_of_rows(
+        base.len() / dim,
+        &rows,
+        queries,
+        dim,
+        k,
+        metric,
+        exclude,
+        on_block,
+    )
+}
+
+/// [`exact_knn`] over `n` base rows that `row(id, out)` writes (`dim`
+/// values), for bases not held as one f32 array (an index's f16 vectors).
+///
+/// Products in f64 of vectors less the base's mean (L2): the expansion
+/// `|q|^2 + |b|^2 - 2 q.b` in f32 misordered 1.8% of the true neighbours of
+/// a synthetic set of tight clusters far from the origin.
+#[allow(clippy::too_many_arguments)]
+pub fn exact_knn_of_rows(
+    n: usize,
+    row: &(dyn Fn(usize, &mut [f32]) + Sync),
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+    metric: KnnMetric,
+    exclude: Exclude,
+    on_block: &(dyn Fn(usize) + Sync),
+) -> (Vec<u32>, Vec<f32>) {
+    assert!(dim > 0 && queries.len() % dim == 0);
     let nq = queries.len() / dim;
+    let block_of = |b0: usize, bn: usize| {
+        let mut out = vec![0f32; bn * dim];
+        out.chunks_exact_mut(dim)
+            .enumerate()
+            .for_each(|(j, o)| row(b0 + j, o));
+        out
+    };
+    let blocks: Vec<usize> = (0..n).step_by(BASE_BLOCK).collect();
     let mean = match metric {
-        KnnMetric::L2 => crate::pca::column_mean(base, dim),
+        KnnMetric::L2 => {
+            let sums: Vec<Vec<f64>> = blocks
+                .par_iter()
+                .map(|&b0| {
+                    let bn = (n - b0).min(BASE_BLOCK);
+                    let m = column_mean(&block_of(b0, bn), dim);
+                    m.iter().map(|x| x * bn as f64).collect()
+                })
+                .collect();
+            let mut mean = vec![0f64; dim];
+            for s in &sums {
+                mean.iter_mut().zip(s).for_each(|(m, x)| *m += x);
+            }
+            mean.iter_mut().for_each(|m| *m /= n.max(1) as f64);
+            mean
+        }
         KnnMetric::NegDot => vec![0.0; dim],
     };
     let less_mean = |r: &[f32], out: &mut Vec<f64>| {
@@ -143,13 +205,19 @@ pub fn exact_knn(
                 .flat_map(|v| v.iter().zip(&mean).map(|(&x, &m)| x as f64 - m)),
         );
     };
-    let base_norms: Vec<f64> = base
-        .par_chunks(dim)
-        .map(|r| {
-            r.iter()
-                .zip(&mean)
-                .map(|(&x, &m)| (x as f64 - m).powi(2))
-                .sum()
+    let base_norms: Vec<f64> = blocks
+        .par_iter()
+        .flat_map_iter(|&b0| {
+            let block = block_of(b0, (n - b0).min(BASE_BLOCK));
+            block
+                .chunks_exact(dim)
+                .map(|r| {
+                    r.iter()
+                        .zip(&mean)
+                        .map(|(&x, &m)| (x as f64 - m).powi(2))
+                        .sum::<f64>()
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     let mut ids = vec![u32::MAX; nq * k];
@@ -170,9 +238,9 @@ pub fn exact_knn(
             let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
             let mut dots = vec![0f64; qn * BASE_BLOCK];
             let qm = faer::MatRef::from_row_major_slice(&q, qn, dim);
-            for b0 in (0..n).step_by(BASE_BLOCK) {
+            for &b0 in &blocks {
                 let bn = (n - b0).min(BASE_BLOCK);
-                less_mean(&base[b0 * dim..(b0 + bn) * dim], &mut block);
+                less_mean(&block_of(b0, bn), &mut block);
                 let bm = faer::MatRef::from_row_major_slice(&block, bn, dim);
                 let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
                 faer::linalg::matmul::matmul(
@@ -185,7 +253,7 @@ pub fn exact_knn(
                 );
                 for (r, top) in tops.iter_mut().enumerate() {
                     let row = &dots[r * bn..(r + 1) * bn];
-                    let self_id = if exclude_self { q0 + r } else { usize::MAX };
+                    let self_id = exclude.row_of(q0 + r);
                     match metric {
                         KnnMetric::L2 => {
                             let qn2 = qnorm[r];
@@ -216,6 +284,128 @@ pub fn exact_knn(
             on_block(qn);
         });
     (ids, dists)
+}
+
+/// Exact top-`k` ids of every query (`nq x k`, nearest first) in the user's
+/// `metric`: L2; cosine as L2 of the vectors normalised as the index stores
+/// them ([`Metric::prepare_query`]); inner product as the largest dot
+/// product. Refuses what the index would refuse (a zero cosine vector).
+pub fn ground_truth(
+    base: &[f32],
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+    metric: Metric,
+    on_block: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<u32>, VectorProblem> {
+    let normalised = |v: &[f32]| cosine_normalised(v, dim);
+    let (ids, _) = match metric {
+        Metric::L2 => exact_knn(base, queries, dim, k, KnnMetric::L2, false, on_block),
+        Metric::Cosine => exact_knn(
+            &normalised(base)?,
+            &normalised(queries)?,
+            dim,
+            k,
+            KnnMetric::L2,
+            false,
+            on_block,
+        ),
+        Metric::InnerProduct => {
+            exact_knn(base, queries, dim, k, KnnMetric::NegDot, false, on_block)
+        }
+    };
+    Ok(ids)
+}
+
+/// Rows of `v` (`dim` values each) normalised as a cosine index stores them
+/// ([`Metric::prepare_query`]); a zero row is refused.
+pub fn cosine_normalised(v: &[f32], dim: usize) -> Result<Vec<f32>, VectorProblem> {
+    let mut out = vec![0f32; v.len()];
+    for (o, x) in out.chunks_exact_mut(dim).zip(v.chunks_exact(dim)) {
+        Metric::Cosine.prepare_query(x, Metric::squared_norm(x), o)?;
+    }
+    Ok(out)
+}
+
+/// The mean of the rows of `data` (`dim` columns), summed in f64; zeros
+/// for no rows.
+pub fn column_mean(data: &[f32], dim: usize) -> Vec<f64> {
+    let n = data.len() / dim;
+    if n == 0 {
+        return vec![0.0; dim];
+    }
+    let sum = data
+        .par_chunks(dim * 4096)
+        .map(|chunk| {
+            let mut acc = vec![0f64; dim];
+            for r in chunk.chunks_exact(dim) {
+                acc.iter_mut().zip(r).for_each(|(a, &v)| *a += v as f64);
+            }
+            acc
+        })
+        .reduce(
+            || vec![0f64; dim],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    sum.into_iter().map(|s| s / n as f64).collect()
+}
+
+/// How many of `found`'s first `k` ids are among `truth`'s first `k`
+/// (`u32::MAX`, a missing result, never counts).
+pub fn hits_at_k(found: &[u32], truth: &[u32], k: usize) -> usize {
+    let truth = &truth[..k.min(truth.len())];
+    found[..k.min(found.len())]
+        .iter()
+        .filter(|&&id| id != u32::MAX && truth.contains(&id))
+        .count()
+}
+
+/// Why recall@k cannot be computed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecallError {
+    #[error("recall@{k} needs at least {k} results and {k} true neighbours per query (have {found} and {truth})")]
+    TooFewColumns {
+        k: usize,
+        found: usize,
+        truth: usize,
+    },
+    #[error("{found} result rows against {truth} ground-truth rows")]
+    RowCounts { found: usize, truth: usize },
+}
+
+/// recall@k of `found` (rows of `found_width` ids) against `truth` (rows of
+/// `truth_width`), both nearest first: the fraction of the true `k` nearest
+/// among the first `k` found.
+pub fn recall_at_k(
+    found: &[u32],
+    found_width: usize,
+    truth: &[u32],
+    truth_width: usize,
+    k: usize,
+) -> Result<f64, RecallError> {
+    if found_width < k || truth_width < k || k == 0 {
+        return Err(RecallError::TooFewColumns {
+            k,
+            found: found_width,
+            truth: truth_width,
+        });
+    }
+    let nq = found.len() / found_width;
+    if truth.len() / truth_width != nq {
+        return Err(RecallError::RowCounts {
+            found: nq,
+            truth: truth.len() / truth_width,
+        });
+    }
+    let hits: usize = found
+        .chunks_exact(found_width)
+        .zip(truth.chunks_exact(truth_width))
+        .map(|(f, t)| hits_at_k(f, t, k))
+        .sum();
+    Ok(hits as f64 / (nq * k).max(1) as f64)
 }
 
 #[cfg(test)]
@@ -336,5 +526,74 @@ mod tests {
             exact_hits, checked,
             "{exact_hits} of {checked} neighbours exact"
         );
+    }
+
+    #[test]
+    fn recall_counts_true_ids_among_the_first_k_and_never_a_missing_one() {
+        let truth = [1, 2, 3, 9, 9, 4, 5, 6, 9, 9];
+        let found = [3, 2, 7, u32::MAX, 5, 6, 4];
+        // Rows of 5 true and 4 found ids; k = 3.
+        assert_eq!(recall_at_k(&found[..6], 3, &truth, 5, 3), Ok(4.0 / 6.0));
+        assert_eq!(
+            recall_at_k(&found[..6], 3, &truth, 5, 4),
+            Err(RecallError::TooFewColumns {
+                k: 4,
+                found: 3,
+                truth: 5
+            })
+        );
+        assert_eq!(
+            recall_at_k(&found[..3], 3, &truth, 5, 3),
+            Err(RecallError::RowCounts { found: 1, truth: 2 })
+        );
+        assert_eq!(hits_at_k(&[u32::MAX, 1], &[u32::MAX, 1], 2), 1);
+    }
+
+    #[test]
+    fn rows_from_a_function_and_excluded_ids_match_the_slice_form() {
+        let (dim, n) = (12, 900);
+        let mut rng = octex_lattice::GaussianRng::new(5, 0);
+        let base: Vec<f32> = (0..n * dim).map(|_| rng.normal() as f32).collect();
+        let picks: Vec<usize> = (0..n).step_by(9).collect();
+        let queries: Vec<f32> = picks
+            .iter()
+            .flat_map(|&i| base[i * dim..(i + 1) * dim].iter().copied())
+            .collect();
+        let row = |id: usize, out: &mut [f32]| out.copy_from_slice(&base[id * dim..(id + 1) * dim]);
+        let (ids, d) = exact_knn_of_rows(
+            n,
+            &row,
+            &queries,
+            dim,
+            4,
+            KnnMetric::L2,
+            Exclude::Rows(&picks),
+            &|_| {},
+        );
+        let (all_ids, all_d) = exact_knn(&base, &base, dim, 4, KnnMetric::L2, true, &|_| {});
+        for (qi, &i) in picks.iter().enumerate() {
+            assert_eq!(ids[qi * 4..(qi + 1) * 4], all_ids[i * 4..(i + 1) * 4]);
+            assert_eq!(d[qi * 4..(qi + 1) * 4], all_d[i * 4..(i + 1) * 4]);
+        }
+    }
+
+    #[test]
+    fn cosine_ground_truth_is_l2_of_normalised_vectors_and_refuses_zero() {
+        let dim = 6;
+        let mut rng = octex_lattice::GaussianRng::new(9, 0);
+        let base: Vec<f32> = (0..300 * dim)
+            .map(|_| (3.0 * rng.normal()) as f32)
+            .collect();
+        let queries = &base[..20 * dim];
+        let cos = ground_truth(&base, queries, dim, 5, Metric::Cosine, &|_| {}).unwrap();
+        let (b, q) = (
+            cosine_normalised(&base, dim).unwrap(),
+            cosine_normalised(queries, dim).unwrap(),
+        );
+        let (l2, _) = exact_knn(&b, &q, dim, 5, KnnMetric::L2, false, &|_| {});
+        assert_eq!(cos, l2);
+        let mut zero = base.clone();
+        zero[dim..2 * dim].fill(0.0);
+        assert!(ground_truth(&zero, queries, dim, 5, Metric::Cosine, &|_| {}).is_err());
     }
 }

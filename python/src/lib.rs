@@ -13,7 +13,6 @@
 //! Place in the pipeline: on top of `octex-build` and `octex-search`.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
@@ -22,7 +21,7 @@ use pyo3::prelude::*;
 
 use octex_build::{BuildError, BuildParams, Progress};
 use octex_index::{IndexError, Metric, VectorDtype};
-use octex_search::{Backend, BackendSearcher, GpuOptions, Index, SearchError, SearchParams};
+use octex_search::{Backend, Index, ParamsFrom, SearchError, SearchParams, SharedIndex};
 
 fn index_error(e: IndexError) -> PyErr {
     // Every index error comes from a file (or bytes that stand for one).
@@ -136,20 +135,14 @@ impl PySearchParams {
 /// A loaded or built index. Search it on the CPU or the GPU; save it.
 #[pyclass(module = "octex._octex", name = "Index")]
 struct PyIndex {
-    index: Index,
-    /// The GPU searcher, opened at the first GPU search and kept (the index
-    /// stays in device memory between calls).
-    gpu: Mutex<Option<BackendSearcher>>,
-    /// Parameters tuned per (recall target, k), computed once each.
-    tuned: Mutex<Vec<((u64, usize), SearchParams)>>,
+    /// The index, its GPU searcher once opened, and its tuned parameters.
+    shared: SharedIndex,
 }
 
 impl PyIndex {
     fn new(index: Index) -> Self {
         PyIndex {
-            index,
-            gpu: Mutex::new(None),
-            tuned: Mutex::new(Vec::new()),
+            shared: SharedIndex::new(index),
         }
     }
 
@@ -163,23 +156,17 @@ impl PyIndex {
         k: usize,
         queries: &[f32],
     ) -> Result<(SearchParams, Option<String>), SearchError> {
-        match (recall, params) {
-            (Some(_), Some(_)) => Err(SearchError::Params(
-                "pass recall or params, not both".into(),
-            )),
-            (None, Some(p)) => Ok((p.into(), None)),
-            (None, None) => Ok((SearchParams::default(), None)),
-            (Some(target), None) => {
-                let key = (target.to_bits(), k);
-                let mut tuned = self.tuned.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some((_, p)) = tuned.iter().find(|(kk, _)| *kk == key) {
-                    return Ok((*p, None));
-                }
-                let t = self.index.tune_for_recall_on(queries, target, k)?;
-                tuned.push((key, t.params));
-                Ok((t.params, t.advice(&self.index)))
+        let from = match (recall, params) {
+            (Some(_), Some(_)) => {
+                return Err(SearchError::Params(
+                    "pass recall or params, not both".into(),
+                ))
             }
-        }
+            (None, Some(p)) => ParamsFrom::Given(p.into()),
+            (None, None) => ParamsFrom::Defaults,
+            (Some(target), None) => ParamsFrom::Recall(target),
+        };
+        self.shared.params(from, k, queries)
     }
 }
 
@@ -194,31 +181,31 @@ impl PyIndex {
 
     /// Write the index atomically (temporary file, fsync, rename).
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.index.raw().save(&path))
+        py.detach(|| self.shared.index().raw().save(&path))
             .map_err(index_error)
     }
 
     /// Vectors in the index.
     fn __len__(&self) -> usize {
-        self.index.len()
+        self.shared.index().len()
     }
 
     /// Dimension of the queries it takes.
     #[getter]
     fn dim(&self) -> usize {
-        self.index.dim()
+        self.shared.index().dim()
     }
 
     /// `"l2"`, `"cosine"` or `"ip"`.
     #[getter]
     fn metric(&self) -> String {
-        self.index.metric().to_string()
+        self.shared.index().metric().to_string()
     }
 
     /// Bytes of the index (as saved).
     #[getter]
     fn nbytes(&self) -> usize {
-        self.index.raw().as_bytes().len()
+        self.shared.index().raw().as_bytes().len()
     }
 
     /// The cheapest parameters whose recall@k reaches `recall` on a sample
@@ -234,11 +221,11 @@ impl PyIndex {
     ) -> PyResult<(PySearchParams, f64)> {
         let values = match &queries {
             Some(q) => {
-                if q.shape()[1] != self.index.dim() {
+                if q.shape()[1] != self.shared.index().dim() {
                     return Err(PyValueError::new_err(format!(
                         "queries have dimension {}, the index {}",
                         q.shape()[1],
-                        self.index.dim()
+                        self.shared.index().dim()
                     )));
                 }
                 q.as_slice()
@@ -247,9 +234,9 @@ impl PyIndex {
             None => &[],
         };
         let t = py
-            .detach(|| self.index.tune_for_recall_on(values, recall, k))
+            .detach(|| self.shared.index().tune_for_recall_on(values, recall, k))
             .map_err(search_error)?;
-        if let Some(advice) = t.advice(&self.index) {
+        if let Some(advice) = t.advice(self.shared.index()) {
             warn(py, &advice)?;
         }
         Ok((t.params.into(), t.sample_recall))
@@ -283,18 +270,7 @@ impl PyIndex {
         let res = py
             .detach(|| -> Result<_, SearchError> {
                 let batch = octex_search::Queries::new(values, dim)?;
-                match backend.resolve()? {
-                    Backend::Gpu => {
-                        let mut slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
-                        let searcher = match &mut *slot {
-                            Some(s) => s,
-                            empty => empty
-                                .insert(self.index.open_on(Backend::Gpu, &GpuOptions::default())?),
-                        };
-                        searcher.search_queries(batch, k, &p)
-                    }
-                    _ => self.index.search_queries(batch, k, &p),
-                }
+                self.shared.search(batch, k, &p, backend)
             })
             .map_err(search_error)?;
         let ids = Array2::from_shape_vec((nq, k), res.ids).expect("nq x k results");
@@ -321,7 +297,7 @@ impl PyIndex {
             let t = std::time::Instant::now();
             for _ in 0..reps.max(1) {
                 let batch = octex_search::Queries::new(values, dim)?;
-                std::hint::black_box(self.index.search_queries(batch, k, &p)?);
+                std::hint::black_box(self.shared.index().search_queries(batch, k, &p)?);
             }
             Ok(t.elapsed().as_secs_f64() / reps.max(1) as f64)
         })
@@ -331,9 +307,9 @@ impl PyIndex {
     fn __repr__(&self) -> String {
         format!(
             "octex.Index({} vectors, dim {}, {})",
-            self.index.len(),
-            self.index.dim(),
-            self.index.metric()
+            self.shared.index().len(),
+            self.shared.index().dim(),
+            self.shared.index().metric()
         )
     }
 }

@@ -731,3 +731,34 @@ fn integer_sketch_estimate_matches_the_float_sketch_distance() {
         "largest difference {worst} of the distance range"
     );
 }
+
+/// The bindings' handle searches as the index does, tunes a recall target
+/// once (the second call reuses it), and refuses a GPU where there is none.
+#[test]
+fn shared_index_searches_as_the_index_and_tunes_each_target_once() {
+    use octex_search::{Backend, ParamsFrom, Queries, SharedIndex};
+    let (base, queries) = data();
+    let built = build(&base, DIM, Metric::L2, &test_params()).unwrap();
+    let index = octex_search::Index::new(built.index);
+    let shared = SharedIndex::new(index.clone());
+    let p = SearchParams::default();
+    let direct = index.search(&queries, 10, &p).unwrap();
+    let batch = Queries::new(&queries, DIM).unwrap();
+    let via = shared.search(batch, 10, &p, Backend::Cpu).unwrap();
+    assert_eq!(via.ids, direct.ids);
+    let (first, _) = shared
+        .params(ParamsFrom::Recall(0.95), 10, &queries)
+        .unwrap();
+    let (again, advice) = shared
+        .params(ParamsFrom::Recall(0.95), 10, &queries[..DIM])
+        .unwrap();
+    assert_eq!(first, again);
+    assert!(advice.is_none());
+    let res = index.search(&queries, 10, &first).unwrap();
+    let r = recall(&res.ids, &brute_force(&base, &queries, DIM, 10), 10);
+    assert!(r >= 0.94, "recall {r} at the point tuned for 0.95");
+    if !octex_search::gpu_available() {
+        let batch = Queries::new(&queries, DIM).unwrap();
+        assert!(shared.search(batch, 10, &p, Backend::Gpu).is_err());
+    }
+}

@@ -41,7 +41,8 @@ typedef enum OctexStatus {
   OCTEX_STATUS_INTERNAL = 4,
 } OctexStatus;
 
-// An index and, after a first GPU search, its GPU searcher.
+// An index and, after a first GPU search, its GPU searcher (octex-search's
+// `SharedIndex`, the handle the Python binding holds too).
 typedef struct OctexIndex OctexIndex;
 
 // Search parameters (the paper's `r`, `S`, `W`, `R`, and whether the rerank

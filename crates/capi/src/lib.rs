@@ -26,9 +26,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use octex_build::BuildParams;
 use octex_index::Metric;
-use octex_search::{
-    Backend, BackendSearcher, GpuOptions, Index, Queries, SearchError, SearchParams,
-};
+use octex_search::{Backend, Index, Queries, SearchError, SearchParams, SharedIndex};
 
 /// The result of every call.
 #[repr(C)]
@@ -70,10 +68,10 @@ impl From<OctexSearchParams> for SearchParams {
     }
 }
 
-/// An index and, after a first GPU search, its GPU searcher.
+/// An index and, after a first GPU search, its GPU searcher (octex-search's
+/// `SharedIndex`, the handle the Python binding holds too).
 pub struct OctexIndex {
-    index: Index,
-    gpu: Option<BackendSearcher>,
+    shared: SharedIndex,
 }
 
 /// DLPack's device (see the header).
@@ -243,7 +241,11 @@ unsafe fn matrix(
 ///
 /// # Safety
 /// As [`matrix`]; the data holds `rows x cols` values on its device.
-unsafe fn read_f32<'a>(t: *const DLTensor, what: &str) -> Result<(Cow<'a, [f32]>, usize), Failure> {
+unsafe fn read_f32<'a>(
+    t: *const DLTensor,
+    what: &str,
+    shared: Option<&SharedIndex>,
+) -> Result<(Cow<'a, [f32]>, usize), Failure> {
     // SAFETY: the caller's contract.
     let (rows, cols, data, dev, id) = unsafe { matrix(t, DL_FLOAT, what) }?;
     let n = rows * cols;
@@ -256,7 +258,7 @@ unsafe fn read_f32<'a>(t: *const DLTensor, what: &str) -> Result<(Cow<'a, [f32]>
         DL_CUDA => {
             let mut v = vec![0f32; n];
             // SAFETY: device memory of rows x cols f32 (DLPack).
-            unsafe { device_copy(id, data as u64, bytes_of_mut(&mut v), true) }?;
+            unsafe { device_copy(shared, id, data as u64, bytes_of_mut(&mut v), true) }?;
             Ok((Cow::Owned(v), cols))
         }
         other => Err(invalid(format!(
@@ -276,6 +278,7 @@ unsafe fn write<T: Copy>(
     rows: usize,
     cols: usize,
     what: &str,
+    shared: &SharedIndex,
 ) -> Outcome {
     // SAFETY: the caller's contract.
     let (r, c, data, dev, id) = unsafe { matrix(t, code, what) }?;
@@ -295,7 +298,9 @@ unsafe fn write<T: Copy>(
             Ok(())
         }
         // SAFETY: device memory of rows x cols 4-byte values.
-        DL_CUDA => unsafe { device_copy(id, data as u64, &mut bytes.to_vec(), false) },
+        DL_CUDA => unsafe {
+            device_copy(Some(shared), id, data as u64, &mut bytes.to_vec(), false)
+        },
         other => Err(invalid(format!(
             "{what}: device type {other} is not supported"
         ))),
@@ -308,23 +313,39 @@ fn bytes_of_mut(v: &mut [f32]) -> &mut [u8] {
 }
 
 /// Copy between host `buf` and device address `addr` of CUDA device `id`
-/// (`to_host`: device to host).
+/// (`to_host`: device to host), on the index's context of that device
+/// ([`SharedIndex::with_device`]), or (a build's input, before there is an
+/// index) on one opened for the copy.
 ///
 /// # Safety
 /// `addr .. addr + buf.len()` is live device memory of device `id`.
 #[cfg(feature = "gpu")]
-unsafe fn device_copy(id: i32, addr: u64, buf: &mut [u8], to_host: bool) -> Outcome {
-    let gpu = octex_kernels::Gpu::open(id.max(0) as usize)
-        .map_err(|e| Failure(OctexStatus::Gpu, e.to_string()))?;
-    // SAFETY: the caller's contract.
-    let r = unsafe {
-        if to_host {
-            gpu.copy_from_device_address(addr, buf)
-        } else {
-            gpu.copy_to_device_address(buf, addr)
+unsafe fn device_copy(
+    shared: Option<&SharedIndex>,
+    id: i32,
+    addr: u64,
+    buf: &mut [u8],
+    to_host: bool,
+) -> Outcome {
+    let gpu_failure = |e: String| Failure(OctexStatus::Gpu, e);
+    let mut copy = |gpu: &octex_kernels::Gpu| {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if to_host {
+                gpu.copy_from_device_address(addr, buf)
+            } else {
+                gpu.copy_to_device_address(buf, addr)
+            }
         }
+        .map_err(|e| gpu_failure(e.to_string()))
     };
-    r.map_err(|e| Failure(OctexStatus::Gpu, e.to_string()))
+    let ordinal = id.max(0) as usize;
+    match shared {
+        Some(s) => s
+            .with_device(ordinal, copy)
+            .map_err(|e| gpu_failure(e.to_string()))?,
+        None => copy(&octex_kernels::Gpu::open(ordinal).map_err(|e| gpu_failure(e.to_string()))?),
+    }
 }
 
 /// Without the `gpu` feature there is no device to copy from: an error.
@@ -333,7 +354,7 @@ unsafe fn device_copy(id: i32, addr: u64, buf: &mut [u8], to_host: bool) -> Outc
 /// None needed (nothing is read or written); `unsafe` only to match the
 /// `gpu` version's signature.
 #[cfg(not(feature = "gpu"))]
-unsafe fn device_copy(_: i32, _: u64, _: &mut [u8], _: bool) -> Outcome {
+unsafe fn device_copy(_: Option<&SharedIndex>, _: i32, _: u64, _: &mut [u8], _: bool) -> Outcome {
     Err(Failure(
         OctexStatus::Gpu,
         "CUDA tensors need octex-capi's `gpu` feature".into(),
@@ -391,15 +412,14 @@ pub unsafe extern "C" fn octex_build(
             .map_err(|e: String| invalid(e))?;
         let backend = parse_backend(backend)?;
         // SAFETY: the caller's contract.
-        let (values, dim) = unsafe { read_f32(base, "base") }?;
+        let (values, dim) = unsafe { read_f32(base, "base", None) }?;
         let params = BuildParams {
             backend,
             ..Default::default()
         };
         let built = octex_build::build(&values, dim, metric, &params)?;
         let index = Box::new(OctexIndex {
-            index: Index::new(built.index),
-            gpu: None,
+            shared: SharedIndex::new(Index::new(built.index)),
         });
         // SAFETY: `out` is valid (checked non-null; the caller's contract).
         unsafe { *out = Box::into_raw(index) };
@@ -430,8 +450,7 @@ pub unsafe extern "C" fn octex_load(path: *const c_char, out: *mut *mut OctexInd
         // SAFETY: the caller's contract.
         let path = unsafe { text(path, "path") }?;
         let index = Box::new(OctexIndex {
-            index: Index::load(path)?,
-            gpu: None,
+            shared: SharedIndex::new(Index::load(path)?),
         });
         // SAFETY: `out` is valid.
         unsafe { *out = Box::into_raw(index) };
@@ -451,7 +470,7 @@ pub unsafe extern "C" fn octex_save(index: *const OctexIndex, path: *const c_cha
         let ix = unsafe { index.as_ref() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
         let path = unsafe { text(path, "path") }?;
-        ix.index.raw().save(path)?;
+        ix.shared.index().raw().save(path)?;
         Ok(())
     })
 }
@@ -463,7 +482,7 @@ pub unsafe extern "C" fn octex_save(index: *const OctexIndex, path: *const c_cha
 #[no_mangle]
 pub unsafe extern "C" fn octex_len(index: *const OctexIndex) -> usize {
     // SAFETY: the caller's contract.
-    unsafe { index.as_ref() }.map_or(0, |i| i.index.len())
+    unsafe { index.as_ref() }.map_or(0, |i| i.shared.index().len())
 }
 
 /// Dimension of the vectors the index takes (0 for null).
@@ -473,7 +492,7 @@ pub unsafe extern "C" fn octex_len(index: *const OctexIndex) -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn octex_dim(index: *const OctexIndex) -> usize {
     // SAFETY: the caller's contract.
-    unsafe { index.as_ref() }.map_or(0, |i| i.index.dim())
+    unsafe { index.as_ref() }.map_or(0, |i| i.shared.index().dim())
 }
 
 /// Search `queries` (`float32`, `(nq, dim)`) for the `k` nearest of each:
@@ -506,22 +525,24 @@ pub unsafe extern "C" fn octex_search(
         };
         let backend = parse_backend(backend)?.resolve()?;
         // SAFETY: the caller's contract.
-        let (values, dim) = unsafe { read_f32(queries, "queries") }?;
+        let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;
         let batch = Queries::new(&values, dim)?;
         let nq = batch.len();
-        let res = if backend == Backend::Gpu {
-            let searcher = match &mut ix.gpu {
-                Some(s) => s,
-                empty => empty.insert(ix.index.open_on(Backend::Gpu, &GpuOptions::default())?),
-            };
-            searcher.search_queries(batch, k, &p)?
-        } else {
-            ix.index.search_queries(batch, k, &p)?
-        };
+        let res = ix.shared.search(batch, k, &p, backend)?;
         // SAFETY: the caller's contract.
-        unsafe { write(ids, DL_UINT, &res.ids, nq, k, "ids") }?;
+        unsafe { write(ids, DL_UINT, &res.ids, nq, k, "ids", &ix.shared) }?;
         // SAFETY: the caller's contract.
-        unsafe { write(distances, DL_FLOAT, &res.distances, nq, k, "distances") }
+        unsafe {
+            write(
+                distances,
+                DL_FLOAT,
+                &res.distances,
+                nq,
+                k,
+                "distances",
+                &ix.shared,
+            )
+        }
     })
 }
 

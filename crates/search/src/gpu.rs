@@ -152,6 +152,11 @@ impl Index {
 }
 
 impl GpuSearcher {
+    /// The device context the searcher runs on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
     /// The device, in words.
     pub fn device(&self) -> String {
         self.gpu.describe()

@@ -46,6 +46,7 @@ mod decode;
 mod engine;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+mod handle;
 mod index;
 pub mod knn;
 mod plan;
@@ -61,6 +62,7 @@ pub use cpu::Searcher;
 pub use engine::SearchStats;
 #[cfg(feature = "gpu")]
 pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
+pub use handle::{ParamsFrom, SharedIndex};
 pub use index::{Index, IndexInner};
 pub use octex_index::Index as RawIndex;
 pub use octex_index::Metric;

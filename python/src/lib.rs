@@ -157,11 +157,7 @@ impl PyIndex {
         queries: &[f32],
     ) -> Result<(SearchParams, Option<String>), SearchError> {
         let from = match (recall, params) {
-            (Some(_), Some(_)) => {
-                return Err(SearchError::Params(
-                    "pass recall or params, not both".into(),
-                ))
-            }
+            (Some(_), Some(_)) => return Err(SearchError::RecallAndParams),
             (None, Some(p)) => ParamsFrom::Given(p.into()),
             (None, None) => ParamsFrom::Defaults,
             (Some(target), None) => ParamsFrom::Recall(target),

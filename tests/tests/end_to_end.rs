@@ -335,7 +335,7 @@ fn bad_input_gives_typed_errors() {
     ));
     assert!(matches!(
         index.search(q, 0, &p),
-        Err(SearchError::Params(_))
+        Err(SearchError::NotPositive { what: "k" })
     ));
     // search_one agrees with the batch path.
     let (ids, _) = index.search_one(q, 10, &p).unwrap();

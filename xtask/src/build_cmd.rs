@@ -10,7 +10,7 @@ use octex_index::{Metric, VectorDtype};
 
 use crate::data;
 
-#[derive(Args, Clone, Debug, Default)]
+#[derive(Args, Clone, Debug)]
 pub struct BuildFlags {
     /// Copies C (default 16 for CPU builds up to 100k vectors, else 32;
     /// halved down to 8 when the index would not fit the memory budget).
@@ -26,7 +26,7 @@ pub struct BuildFlags {
     /// centre, the paper's) or members (its own members, topped up from the
     /// parent fragment: octex's first rule, for comparison).
     #[arg(long, default_value = "nearest")]
-    pub ripple_rule: String,
+    pub ripple_rule: octex_build::RippleRule,
     /// Inverted-file lists probed per fragment centre (default: chosen from
     /// the data by the recall of the lists on a sample).
     #[arg(long)]
@@ -66,12 +66,12 @@ pub struct BuildFlags {
     pub reverse_source: Option<usize>,
     /// Neighbour rows: auto, exact or search.
     #[arg(long, default_value = "auto")]
-    pub rows: String,
+    pub rows: RowMethod,
     /// Order of the forward neighbours a row takes its head and reverse
     /// entries from: detours (fewest two-edge detours first, chosen from
     /// 2 Lt neighbours; the default) or distance (nearest first, the paper's).
     #[arg(long, default_value = "detours")]
-    pub row_order: String,
+    pub row_order: octex_build::RowOrder,
     /// Forward neighbours found per vector before its row is assembled
     /// (default Lt in distance order, 2 Lt in detour order).
     #[arg(long)]
@@ -107,11 +107,7 @@ impl BuildFlags {
         if let Some(m) = self.max_spacings {
             p.max_spacings = m;
         }
-        p.ripple_rule = match self.ripple_rule.as_str() {
-            "nearest" => octex_build::RippleRule::Nearest,
-            "members" => octex_build::RippleRule::Members,
-            o => anyhow::bail!("--ripple-rule {o}: expected nearest or members"),
-        };
+        p.ripple_rule = self.ripple_rule;
         p.ripple_probes = self.ripple_probes;
         p.sketch_width = self.sketch_width;
         p.sketch_centres = self.sketch_centres;
@@ -119,17 +115,8 @@ impl BuildFlags {
         p.forward_head = self.forward_head;
         p.reverse_max = self.reverse_max;
         p.reverse_source = self.reverse_source;
-        p.row_method = match self.rows.as_str() {
-            "auto" => RowMethod::Auto,
-            "exact" => RowMethod::Exact,
-            "search" => RowMethod::Search,
-            o => anyhow::bail!("--rows {o}: expected auto, exact or search"),
-        };
-        p.row_order = match self.row_order.as_str() {
-            "distance" => octex_build::RowOrder::Distance,
-            "detours" => octex_build::RowOrder::Detours,
-            o => anyhow::bail!("--row-order {o}: expected distance or detours"),
-        };
+        p.row_method = self.rows;
+        p.row_order = self.row_order;
         p.row_candidates = self.row_candidates;
         if self.f32_vectors {
             p.vector_dtype = Some(VectorDtype::F32);

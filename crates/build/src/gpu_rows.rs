@@ -122,9 +122,7 @@ pub fn exact_knn_chunked(
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let n = x.len() / d;
     if k > MAX_K {
-        return Err(BuildError::Param(format!(
-            "GPU exact rows take a row length of at most {MAX_K}, got {k}"
-        )));
+        return Err(BuildError::GpuRowLength { max: MAX_K, k });
     }
     // Chunk starts are multiples of ROWS_CHUNK, so a query block's self offset
     // within a chunk never equals the "no skip" value u32::MAX.

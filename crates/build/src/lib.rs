@@ -112,8 +112,23 @@ pub enum BuildError {
     HugeVector { row: usize, norm2: f64 },
     #[error("{n} vectors exceed the u32 id space")]
     TooMany { n: usize },
-    #[error("invalid parameter: {0}")]
-    Param(String),
+    #[error("{message}: lower copies or list_len, or raise memory_budget")]
+    OverMemoryBudget { message: String },
+    #[error("{blocks} blocks need {} dimensions, the data has {dim}", 8 * blocks)]
+    TooManyBlocks { blocks: usize, dim: usize },
+    #[error("copies ({copies}) and list_len ({list_len}) must be positive, sketch_width ({sketch_width}) a multiple of 16 from 16 to {max_sketch_width}")]
+    Shape {
+        copies: usize,
+        list_len: usize,
+        sketch_width: usize,
+        max_sketch_width: usize,
+    },
+    #[error("spacings must be positive and ascending, got {spacings:?}")]
+    Spacings { spacings: Vec<f32> },
+    #[error("GPU exact rows take a row length of at most {max}, got {k}")]
+    GpuRowLength { max: usize, k: usize },
+    #[error("this octex-build was compiled without its `gpu` feature: build with `--backend cpu`")]
+    NoGpuFeature,
     #[error(transparent)]
     Index(#[from] IndexError),
     /// The build's own search (neighbour rows by search) refused or failed.
@@ -308,20 +323,17 @@ pub fn build_with_progress(
                 b.source
             );
             if params.memory_budget.is_some() {
-                return Err(BuildError::Param(format!(
-                    "{msg}: lower copies or list_len, or raise memory_budget"
-                )));
+                return Err(BuildError::OverMemoryBudget { message: msg });
             }
             tracing::warn!("{msg}");
         }
     }
     report.memory_budget = budget;
     if p.blocks == 0 || 8 * p.blocks > sdim.min(64) {
-        return Err(BuildError::Param(format!(
-            "{} blocks need {} dimensions, the data has {sdim}",
-            p.blocks,
-            8 * p.blocks
-        )));
+        return Err(BuildError::TooManyBlocks {
+            blocks: p.blocks,
+            dim: sdim,
+        });
     }
     // Any multiple of 16 up to the stored dimension (rounded up to 16): the
     // sketch holds principal coordinates, and there are `sdim` of them.
@@ -332,10 +344,12 @@ pub fn build_with_progress(
         || p.sketch_width == 0
         || p.sketch_width > max_sw
     {
-        return Err(BuildError::Param(format!(
-            "copies and list_len must be positive, sketch_width a multiple of 16 from 16 to {max_sw} (got {})",
-            p.sketch_width
-        )));
+        return Err(BuildError::Shape {
+            copies: p.copies,
+            list_len: p.list_len,
+            sketch_width: p.sketch_width,
+            max_sketch_width: max_sw,
+        });
     }
     let x: &[f32] = &stored;
     let gpu = open_gpu(params.backend)?;

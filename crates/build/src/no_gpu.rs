@@ -30,10 +30,7 @@ pub mod gpu_rows {
     pub const MAX_K: usize = 128;
 
     pub(crate) fn not_built() -> BuildError {
-        BuildError::Param(
-            "this octex-build was compiled without its `gpu` feature: build with `--backend cpu`"
-                .into(),
-        )
+        BuildError::NoGpuFeature
     }
 
     #[allow(clippy::type_complexity)]

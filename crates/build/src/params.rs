@@ -20,6 +20,19 @@ pub enum RowMethod {
     Search,
 }
 
+impl std::str::FromStr for RowMethod {
+    type Err = String;
+    /// `auto`, `exact` or `search`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(RowMethod::Auto),
+            "exact" => Ok(RowMethod::Exact),
+            "search" => Ok(RowMethod::Search),
+            o => Err(format!("row method {o:?}: auto, exact or search")),
+        }
+    }
+}
+
 /// Default neighbour row length `Lt`: the paper's 64. Hard data, which needs
 /// several waves, gains more than easy data loses against rows of 32
 /// (`docs/RESULTS.md`, "Decisions").

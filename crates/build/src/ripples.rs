@@ -170,6 +170,18 @@ pub enum RippleRule {
     Members,
 }
 
+impl std::str::FromStr for RippleRule {
+    type Err = String;
+    /// `nearest` or `members`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "nearest" => Ok(RippleRule::Nearest),
+            "members" => Ok(RippleRule::Members),
+            o => Err(format!("ripple rule {o:?}: nearest or members")),
+        }
+    }
+}
+
 /// How one copy's ripples are built.
 #[derive(Clone, Copy, Debug)]
 pub struct RippleSpec {

@@ -25,6 +25,18 @@ pub enum RowOrder {
     Detours,
 }
 
+impl std::str::FromStr for RowOrder {
+    type Err = String;
+    /// `distance` or `detours`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "distance" => Ok(RowOrder::Distance),
+            "detours" => Ok(RowOrder::Detours),
+            o => Err(format!("row order {o:?}: distance or detours")),
+        }
+    }
+}
+
 /// Row assembly parameters.
 #[derive(Clone, Copy, Debug)]
 pub struct RowShape {

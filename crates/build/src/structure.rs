@@ -117,10 +117,9 @@ pub(crate) fn structure(
         || !choice.spacings.windows(2).all(|w| w[0] < w[1])
         || choice.spacings.iter().any(|&s| s.is_nan() || s <= 0.0)
     {
-        return Err(BuildError::Param(format!(
-            "spacings must be positive and ascending, got {:?}",
-            choice.spacings
-        )));
+        return Err(BuildError::Spacings {
+            spacings: choice.spacings.clone(),
+        });
     }
     map.spacings = choice.spacings.clone();
     tracing::info!(spacings = ?map.spacings, hit_rates = ?choice.hit_rates, median_sizes = ?choice.median_sizes, "spacings chosen");

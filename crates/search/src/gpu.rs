@@ -204,21 +204,20 @@ impl GpuSearcher {
     /// it (`p`: the parameters, for the message).
     fn shared_memory(&self, view: &BatchView, p: &SearchParams) -> Result<usize, SearchError> {
         if p.wave_rerank && self.index.len() > octex_kernels::layout::MAX_WAVE_RERANK_VECTORS {
-            return Err(SearchError::Params(format!(
-                "per-wave rerank on the GPU takes at most {} vectors, the index has {}",
-                octex_kernels::layout::MAX_WAVE_RERANK_VECTORS,
-                self.index.len()
-            )));
+            return Err(SearchError::WaveRerankTooLarge {
+                max: octex_kernels::layout::MAX_WAVE_RERANK_VECTORS,
+                n: self.index.len(),
+            });
         }
         let smem = SearchSmem::new(&self.dev.view.view, view).total as usize;
         if smem > self.gpu.max_shared_memory() {
-            return Err(SearchError::Params(format!(
-                "S={} W={} r={} need {smem} bytes of GPU shared memory per query, the device has {}: lower S or W",
-                p.start_points,
-                p.waves,
-                p.read_depth,
-                self.gpu.max_shared_memory()
-            )));
+            return Err(SearchError::SharedMemory {
+                start_points: p.start_points,
+                waves: p.waves,
+                read_depth: p.read_depth,
+                need: smem,
+                have: self.gpu.max_shared_memory(),
+            });
         }
         Ok(smem)
     }

@@ -56,9 +56,7 @@ impl Index {
     /// comparisons). Only before the index is shared (cloned, or held by a
     /// GPU searcher).
     pub fn force_portable_kernel(&mut self) -> Result<(), SearchError> {
-        let inner = std::sync::Arc::get_mut(&mut self.0).ok_or_else(|| {
-            SearchError::Params("the index is shared: choose the kernel before cloning it".into())
-        })?;
+        let inner = std::sync::Arc::get_mut(&mut self.0).ok_or(SearchError::IndexShared)?;
         inner.engine.kernel = simd::sketch_dot_portable;
         inner.engine.decode = crate::decode::decode_portable;
         inner.kernel_name = "portable";
@@ -109,10 +107,14 @@ impl Index {
                 dim,
             });
         }
-        if k == 0 || p.read_depth == 0 || p.start_points == 0 {
-            return Err(SearchError::Params(
-                "k, read_depth and start_points must be positive".into(),
-            ));
+        for (what, v) in [
+            ("k", k),
+            ("read_depth", p.read_depth),
+            ("start_points", p.start_points),
+        ] {
+            if v == 0 {
+                return Err(SearchError::NotPositive { what });
+            }
         }
         if k > self.len() {
             return Err(SearchError::KAboveCount { k, n: self.len() });

@@ -161,8 +161,28 @@ pub enum SearchError {
     HugeQuery { query: usize, norm2: f64 },
     #[error("k = {k} exceeds the {n} vectors in the index")]
     KAboveCount { k: usize, n: usize },
-    #[error("invalid search parameters: {0}")]
-    Params(String),
+    #[error("{what} must be positive")]
+    NotPositive { what: &'static str },
+    #[error("recall target {target} is not in (0, 1]")]
+    RecallTarget { target: f64 },
+    #[error("pass a recall target or search parameters, not both")]
+    RecallAndParams,
+    #[error("the index is shared: choose the kernel before cloning it")]
+    IndexShared,
+    #[error("S={start_points} W={waves} r={read_depth} need {need} bytes of GPU shared memory per query, the device has {have}: lower S or W")]
+    SharedMemory {
+        start_points: usize,
+        waves: usize,
+        read_depth: usize,
+        need: usize,
+        have: usize,
+    },
+    #[error("per-wave rerank on the GPU takes at most {max} vectors, the index has {n}")]
+    WaveRerankTooLarge { max: usize, n: usize },
+    #[error("the GPU backend takes indexes of fewer than 2^31 vectors, this one has {n}")]
+    TooManyVectorsForGpu { n: usize },
+    #[error("no batch searched yet")]
+    NothingSearched,
     #[error("{what} = {value} is above the {max} one query may use")]
     TooLarge {
         what: &'static str,

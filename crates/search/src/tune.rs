@@ -475,9 +475,7 @@ fn check_target(target: f64) -> Result<(), SearchError> {
     if target > 0.0 && target <= 1.0 {
         Ok(())
     } else {
-        Err(SearchError::Params(format!(
-            "recall target {target} is not in (0, 1]"
-        )))
+        Err(SearchError::RecallTarget { target })
     }
 }
 

@@ -211,10 +211,7 @@ impl DeviceIndex {
         let raw = &index.raw;
         let h = raw.header();
         if raw.len() >= (1usize << 31) {
-            return Err(SearchError::Params(format!(
-                "the GPU backend takes indexes of fewer than 2^31 vectors, this one has {}",
-                raw.len()
-            )));
+            return Err(SearchError::TooManyVectorsForGpu { n: raw.len() });
         }
         let mut parts = DeviceParts::default();
         let tables: &[u64] = bytemuck::cast_slice(raw.tables());
@@ -247,11 +244,14 @@ impl DeviceIndex {
         let map = &index.engine.map;
         let mean = raw.mean();
         if mean.len() != raw.dim() {
-            return Err(SearchError::Params(format!(
-                "the index's mean has {} values for vectors of {}",
-                mean.len(),
-                raw.dim()
-            )));
+            return Err(SearchError::Index(octex_index::IndexError::Invalid {
+                where_: String::new(),
+                problem: format!(
+                    "the mean has {} values for vectors of {}",
+                    mean.len(),
+                    raw.dim()
+                ),
+            }));
         }
         let (projection, projection_floats) =
             Projection::upload(gpu, map, mean, resolve_tf32(tf32))?;

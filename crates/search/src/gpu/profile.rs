@@ -70,10 +70,7 @@ impl GpuSearcher {
     /// with the queries resident, as GPU ANN benchmarks report it.
     pub fn replay_seconds(&mut self, reps: usize) -> Result<f64, SearchError> {
         let view = self.slots[self.last_slot].buffers.view.view;
-        let graph = self
-            .graphs
-            .get(&view)
-            .ok_or_else(|| SearchError::Params("no batch searched yet".into()))?;
+        let graph = self.graphs.get(&view).ok_or(SearchError::NothingSearched)?;
         let st = self.gpu.stream();
         let (a, b) = (self.gpu.event(true)?, self.gpu.event(true)?);
         graph.launch()?;

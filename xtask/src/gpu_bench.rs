@@ -192,7 +192,7 @@ fn bytes_per_query(index: &Index, st: &SearchStats, p: &SearchParams) -> f64 {
         octex_index::VectorDtype::F16 => 2.0,
         octex_index::VectorDtype::F32 => 4.0,
     };
-    let exact = st.exact_distances as f64 / q * sector(index.raw().dim() as f64 * vec_bytes);
+    let exact = st.exact_distances as f64 / q * sector(index.raw().stored_dim() as f64 * vec_bytes);
     let probes = (h.copies as usize * 2) as f64 * 32.0;
     sketch + ripples + rows + exact + probes
 }

@@ -32,31 +32,54 @@
 //! stages report through [`Progress`] ([`build_with_progress`]); the library
 //! draws nothing itself.
 
+// The API is the crate root: `build`, `build_with_progress`, `BuildParams`,
+// `Built`, `BuildReport`, `BuildError`, `Progress` and the enums re-exported
+// below. The stage modules stay public for octex's own tests and `xtask`
+// (which check each stage, the GPU's against the CPU's), hidden from the
+// documented API: they change without notice.
+#[doc(hidden)]
 pub mod centre_knn;
+#[doc(hidden)]
 pub mod check;
 #[cfg(feature = "gpu")]
+#[doc(hidden)]
 pub mod gpu_centre_knn;
 #[cfg(feature = "gpu")]
+#[doc(hidden)]
 pub mod gpu_ripples;
 #[cfg(feature = "gpu")]
+#[doc(hidden)]
 pub mod gpu_rows;
 #[cfg(feature = "gpu")]
+#[doc(hidden)]
 pub mod gpu_sort_builder;
 #[cfg(not(feature = "gpu"))]
 mod no_gpu;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::{gpu_ripples, gpu_rows};
+#[doc(hidden)]
 pub mod memory;
+#[doc(hidden)]
 pub mod params;
+#[doc(hidden)]
 pub mod pca;
+#[doc(hidden)]
 pub mod probes;
+#[doc(hidden)]
 pub mod progress;
+#[doc(hidden)]
 pub mod refine;
+#[doc(hidden)]
 pub mod ripples;
+#[doc(hidden)]
 pub mod rows;
+#[doc(hidden)]
 pub mod search_rows;
+#[doc(hidden)]
 pub mod sketch;
+#[doc(hidden)]
 pub mod sketch_centres;
+#[doc(hidden)]
 pub mod spacing;
 mod structure;
 use structure::structure;

@@ -1,6 +1,6 @@
 //! The CPU backend: batches split into chunks of [`QUERY_CHUNK`] queries
 //! over all rayon threads (each with its own scratch, reused across the
-//! chunks it takes), and [`Searcher`], one query at a time on the calling
+//! chunks it takes), and [`SingleQuerySearcher`], one query at a time on the calling
 //! thread.
 
 use rayon::prelude::*;
@@ -56,13 +56,13 @@ impl Index {
         stored_space: bool,
     ) -> Result<SearchResults, SearchError> {
         let qdim = if stored_space {
-            self.raw.dim()
+            self.raw.stored_dim()
         } else {
             self.dim()
         };
         let nq = self.check(queries, k, p, qdim)?;
         let plan = SearchPlan::new(self.raw.header(), p, k)?;
-        let sdim = self.raw.dim();
+        let sdim = self.raw.stored_dim();
         let width = self.engine.map.width();
         let w = self.engine.sketch_width;
         let mut ids = vec![0u32; nq * k];
@@ -96,7 +96,7 @@ impl Index {
                     self.engine.sketch_queries(&self.raw, pcs, qs);
                     scratch.stats = SearchStats::default();
                     for i in 0..qn {
-                        self.engine.search_one(
+                        self.engine.search_projected(
                             &self.raw,
                             &z[i * width..(i + 1) * width],
                             qs.get(i, w),
@@ -141,8 +141,8 @@ impl Index {
 
     /// A reusable single-query searcher that keeps its scratch between calls
     /// (an error when `p` is past what one query may use).
-    pub fn searcher(&self, p: &SearchParams) -> Result<Searcher<'_>, SearchError> {
-        Ok(Searcher {
+    pub fn searcher(&self, p: &SearchParams) -> Result<SingleQuerySearcher<'_>, SearchError> {
+        Ok(SingleQuerySearcher {
             index: self,
             params: *p,
             scratch: engine::Scratch::new(
@@ -160,7 +160,7 @@ impl Index {
 }
 
 /// Searches one query at a time on the calling thread, reusing its buffers.
-pub struct Searcher<'a> {
+pub struct SingleQuerySearcher<'a> {
     index: &'a Index,
     params: SearchParams,
     scratch: engine::Scratch,
@@ -171,7 +171,7 @@ pub struct Searcher<'a> {
     qs: engine::SketchQueries,
 }
 
-impl Searcher<'_> {
+impl SingleQuerySearcher<'_> {
     pub fn search(&mut self, query: &[f32], k: usize) -> Result<(Vec<u32>, Vec<f32>), SearchError> {
         let ix = self.index;
         if query.len() != ix.dim() {
@@ -190,7 +190,7 @@ impl Searcher<'_> {
         ix.engine.sketch_queries(&ix.raw, &self.pcs, &mut self.qs);
         let mut ids = vec![0u32; k];
         let mut d = vec![0f32; k];
-        ix.engine.search_one(
+        ix.engine.search_projected(
             &ix.raw,
             &self.z,
             self.qs.get(0, ix.engine.sketch_width),

@@ -385,7 +385,7 @@ impl Engine {
     /// Exact squared L2 distance of vector `id` to `q` (stored space).
     #[inline]
     fn exact_distance(&self, index: &Index, q: &[f32], id: u32) -> f32 {
-        let dim = index.dim();
+        let dim = index.stored_dim();
         let i = id as usize;
         match index.vectors() {
             RerankView::F32(v) => (self.exact_f32)(q, &v[i * dim..(i + 1) * dim]),
@@ -396,7 +396,7 @@ impl Engine {
     /// Hint the CPU to load vector `id`'s rerank row.
     #[inline]
     fn prefetch_vector(&self, index: &Index, id: u32) {
-        let dim = index.dim();
+        let dim = index.stored_dim();
         let i = id as usize;
         match index.vectors() {
             RerankView::F32(v) => prefetch(&v[i * dim..(i + 1) * dim]),
@@ -458,7 +458,7 @@ impl Engine {
     /// Writes `plan.k` ids and exact squared L2 distances (in the stored
     /// space), padded with `PAD_ID` / infinity when fewer were found.
     #[allow(clippy::too_many_arguments)]
-    pub fn search_one(
+    pub fn search_projected(
         &self,
         index: &Index,
         z: &[f32],

@@ -288,7 +288,7 @@ impl GpuSearcher {
     ) -> Result<(usize, SearchPlan), SearchError> {
         let index = &self.index;
         let qdim = if stored_space {
-            index.raw.dim()
+            index.raw.stored_dim()
         } else {
             index.dim()
         };

@@ -14,7 +14,9 @@ use crate::{engine, simd, SearchError, SearchParams};
 #[derive(Clone)]
 pub struct Index(std::sync::Arc<IndexInner>);
 
-/// What an [`Index`] shares between its clones.
+/// What an [`Index`] shares between its clones (not part of the API: the
+/// crate reaches its fields through `Deref`).
+#[doc(hidden)]
 pub struct IndexInner {
     pub(crate) raw: octex_index::Index,
     pub(crate) engine: engine::Engine,
@@ -146,12 +148,12 @@ impl Index {
         stored_space: bool,
     ) -> Result<(), SearchError> {
         let qdim = if stored_space {
-            self.raw.dim()
+            self.raw.stored_dim()
         } else {
             self.dim()
         };
         let n = queries.len() / qdim.max(1);
-        out.resize(n * self.raw.dim(), 0.0);
+        out.resize(n * self.raw.stored_dim(), 0.0);
         norms.resize(n, 0.0);
         self.prepare_rows(queries, out, norms, stored_space)
     }
@@ -165,7 +167,7 @@ impl Index {
         norms: &mut [f32],
         stored_space: bool,
     ) -> Result<(), SearchError> {
-        let sdim = self.raw.dim();
+        let sdim = self.raw.stored_dim();
         let qdim = if stored_space { sdim } else { self.dim() };
         let rows = queries
             .chunks_exact(qdim)
@@ -203,7 +205,7 @@ impl Index {
         stored_space: bool,
     ) -> Result<Vec<f32>, SearchError> {
         const ROWS: usize = 256;
-        let sdim = self.raw.dim();
+        let sdim = self.raw.stored_dim();
         let qdim = if stored_space { sdim } else { self.dim() };
         let mut norms = vec![0f32; queries.len() / qdim.max(1)];
         if queries.len() < PARALLEL_VALUES {

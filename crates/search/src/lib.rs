@@ -58,12 +58,12 @@ use octex_index::IndexError;
 use serde::{Deserialize, Serialize};
 
 pub use backend::{Backend, BackendSearcher, GpuOptions};
-pub use cpu::Searcher;
+pub use cpu::SingleQuerySearcher;
 pub use engine::SearchStats;
 #[cfg(feature = "gpu")]
 pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
 pub use handle::{ParamsFrom, SharedIndex};
-pub use index::{Index, IndexInner};
+pub use index::Index;
 pub use octex_index::Index as RawIndex;
 pub use octex_index::Metric;
 pub use plan::{SearchPlan, MAX_ENTRIES, MAX_WAVES};

@@ -369,7 +369,7 @@ impl Index {
     /// `k` nearest.
     fn tuning_samples(&self, k: usize) -> (Sample, Sample) {
         let n = self.len();
-        let sdim = self.raw.dim();
+        let sdim = self.raw.stored_dim();
         let m = (2 * TUNE_QUERIES).min(n);
         let picks: Vec<usize> = (0..m).map(|i| i * n / m).collect();
         let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
@@ -427,7 +427,7 @@ impl Index {
     /// Stored-space `queries` with their exact `k` nearest, split in two
     /// spread over them: even rows tune, odd rows check.
     fn split_sample(&self, queries: &[f32], k: usize) -> (Sample, Sample) {
-        let sdim = self.raw.dim();
+        let sdim = self.raw.stored_dim();
         let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
         let (truth, _) = knn::exact_knn_of_rows(
             self.len(),
@@ -460,7 +460,7 @@ impl Index {
 
 /// Stored vector `id` (`out`: the stored dimension) as f32.
 fn stored_vector(index: &Index, id: usize, out: &mut [f32]) {
-    let sdim = index.raw.dim();
+    let sdim = index.raw.stored_dim();
     match index.raw.vectors() {
         RerankView::F16(v) => out
             .iter_mut()

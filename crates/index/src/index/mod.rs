@@ -340,8 +340,9 @@ impl Index {
     pub fn input_dim(&self) -> usize {
         self.header.input_dim as usize
     }
-    /// Dimension stored.
-    pub fn dim(&self) -> usize {
+    /// Dimension of the stored vectors: [`Metric::stored_dim`] of the
+    /// input dimension (inner product appends one).
+    pub fn stored_dim(&self) -> usize {
         self.header.dim as usize
     }
     pub fn metric(&self) -> Metric {
@@ -435,7 +436,7 @@ impl Index {
     /// queries.
     pub fn copy_map(&self) -> octex_lattice::CopyMap {
         octex_lattice::CopyMap {
-            dim: self.dim(),
+            dim: self.stored_dim(),
             copies: self.header.copies as usize,
             blocks: self.header.blocks as usize,
             basis: self.basis().to_vec(),

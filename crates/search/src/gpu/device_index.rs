@@ -243,13 +243,13 @@ impl DeviceIndex {
         let seeds_at = parts.put(gpu, seeds)?;
         let map = &index.engine.map;
         let mean = raw.mean();
-        if mean.len() != raw.dim() {
+        if mean.len() != raw.stored_dim() {
             return Err(SearchError::Index(octex_index::IndexError::Invalid {
                 where_: String::new(),
                 problem: format!(
                     "the mean has {} values for vectors of {}",
                     mean.len(),
-                    raw.dim()
+                    raw.stored_dim()
                 ),
             }));
         }
@@ -291,7 +291,7 @@ impl DeviceIndex {
             sketch_centre_scales: centre_scales_at,
             sketch_centre_ids: centre_ids_at,
             n: raw.len() as u32,
-            dim: raw.dim() as u32,
+            dim: raw.stored_dim() as u32,
             copies: map.copies as u32,
             blocks: map.blocks as u32,
             spacings: map.spacings.len() as u32,

@@ -104,7 +104,7 @@ impl GpuSearcher {
     ) -> Result<SearchStats, SearchError> {
         let k = plan.k;
         let index = &self.index.clone();
-        let sdim = index.raw.dim();
+        let sdim = index.raw.stored_dim();
         let qdim = if stored_space { sdim } else { index.dim() };
         self.ensure_k(k)?;
         let mut stats = SearchStats::default();

@@ -31,7 +31,7 @@ impl GpuSearcher {
         let mut ids = vec![0u32; nq * k];
         let mut dists = vec![0f32; nq * k];
         let mut stats = SearchStats::default();
-        let sdim = index.raw.dim();
+        let sdim = index.raw.stored_dim();
         for start in (0..nq).step_by(self.max_batch) {
             let n = self.max_batch.min(nq - start);
             let mut stored = std::mem::take(&mut self.stored);

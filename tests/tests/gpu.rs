@@ -137,6 +137,7 @@ fn exact_products(max_batch: usize) -> GpuOptions {
         device: 0,
         max_batch,
         tf32_projection: false,
+        ..GpuOptions::default()
     }
 }
 
@@ -325,9 +326,9 @@ fn large_batches_agree_between_cpu_and_gpu() {
 /// product's rows, padded by default to 52 columns so that the projections
 /// start 16-byte aligned and `query_fragments` reads them 16 bytes at a
 /// time. Batches of 1,000 (that kernel) and of 100 (the lookup inside the
-/// search kernel) give the same ids, and both agree with the CPU. Run with
-/// `OCTEX_GPU_PAD_PCS=0` in the environment, it checks the unpadded rows,
-/// which are not 16-byte aligned: the lookup's 4-byte path.
+/// search kernel) give the same ids, and both agree with the CPU; so do the
+/// unpadded rows (`GpuTuning::unpadded_principal_columns`), which are not
+/// 16-byte aligned: the lookup's 4-byte path.
 #[test]
 fn fifty_principal_coordinates_agree_between_cpu_and_gpu() {
     let Some(_gpu) = gpu_or_skip("fifty_principal_coordinates_agree_between_cpu_and_gpu") else {
@@ -344,26 +345,35 @@ fn fifty_principal_coordinates_agree_between_cpu_and_gpu() {
         "the test needs principal coordinates that leave the projections unaligned"
     );
     let truth = brute_force(&base, &queries, dim, 10);
-    let mut batched = index.gpu(&exact_products(1_000)).unwrap();
-    let mut tiny = index.gpu(&exact_products(100)).unwrap();
-    for p in [
-        SearchParams {
-            read_depth: 8,
-            start_points: 16,
-            waves: 1,
-            rerank: 16,
-            wave_rerank: false,
-        },
-        SearchParams::default(),
-    ] {
-        let cpu = index.search(&queries, 10, &p).unwrap();
-        let gpu = batched.search(&queries, 10, &p).unwrap();
-        assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
-        assert_eq!(
-            gpu.ids,
-            tiny.search(&queries, 10, &p).unwrap().ids,
-            "{p:?}: batches of 1,000 and of 100 disagree"
-        );
+    for unpadded in [false, true] {
+        let with = |max_batch| GpuOptions {
+            tuning: octex_search::GpuTuning {
+                unpadded_principal_columns: unpadded,
+                ..Default::default()
+            },
+            ..exact_products(max_batch)
+        };
+        let mut batched = index.gpu(&with(1_000)).unwrap();
+        let mut tiny = index.gpu(&with(100)).unwrap();
+        for p in [
+            SearchParams {
+                read_depth: 8,
+                start_points: 16,
+                waves: 1,
+                rerank: 16,
+                wave_rerank: false,
+            },
+            SearchParams::default(),
+        ] {
+            let cpu = index.search(&queries, 10, &p).unwrap();
+            let gpu = batched.search(&queries, 10, &p).unwrap();
+            assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
+            assert_eq!(
+                gpu.ids,
+                tiny.search(&queries, 10, &p).unwrap().ids,
+                "{p:?}: batches of 1,000 and of 100 disagree (unpadded: {unpadded})"
+            );
+        }
     }
 }
 

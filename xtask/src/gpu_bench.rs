@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use octex_index::Metric;
 use octex_kernels::{Gpu, GpuBruteForce};
-use octex_search::{GpuOptions, Index, SearchParams, SearchStats};
+use octex_search::{Index, SearchParams, SearchStats};
 use serde_json::{json, Value};
 
 use crate::bench::{high_recall_points, machine, median, plot_results, Sweep};
@@ -213,11 +213,7 @@ pub fn run(
 ) -> Result<()> {
     let nq = queries.len() / dim;
     let batch = nq.min(10_000);
-    let mut g = index.gpu(&GpuOptions {
-        device: 0,
-        max_batch: batch,
-        ..GpuOptions::default()
-    })?;
+    let mut g = index.gpu(&crate::search_cmd::gpu_options(batch))?;
     let device = g.device();
     let peak_gbps = g.peak_memory_bandwidth().map(|b| b / 1e9);
     println!(

@@ -5,7 +5,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use octex_search::{Backend, BackendSearcher, GpuOptions, Index, SearchParams};
+use octex_search::{
+    Backend, BackendSearcher, FragmentLookupChoice, GpuOptions, GpuTuning, Index, ProjectionChoice,
+    SearchKernelChoice, SearchParams,
+};
 
 use crate::data;
 
@@ -129,13 +132,78 @@ pub fn warm_up(
     Ok(())
 }
 
-/// `index` opened on `backend` with GPU batches of `batch` queries.
-pub fn open(index: &Index, backend: Backend, batch: usize) -> Result<BackendSearcher> {
-    let opts = GpuOptions {
+/// GPU options for batches of `batch` queries, with the launch-rule
+/// overrides of the `OCTEX_GPU_*` variables (for measurements; the library
+/// reads no environment): `OCTEX_GPU_SEARCH_KERNEL=wide|dense|narrow|latency`,
+/// `OCTEX_GPU_ONE_BLOCK_LATENCY=0`, `OCTEX_GPU_FRAGMENT_LOOKUP=search|kernel`,
+/// `OCTEX_GPU_VISITED_SLOTS_PER_ENTRY=F` (1/16 to 64), `OCTEX_GPU_GRAPHS=0`,
+/// `OCTEX_GPU_PROJECTION=two|fused`, `OCTEX_GPU_PAD_PCS=0` and
+/// `OCTEX_GPU_PROJECTION_TF32=0|1`.
+pub fn gpu_options(batch: usize) -> GpuOptions {
+    let var = |name: &str| std::env::var(name).ok();
+    let choice = |name: &str, options: &[&str]| -> Option<usize> {
+        let v = var(name)?;
+        let at = options.iter().position(|o| *o == v);
+        if at.is_none() {
+            tracing::warn!("{name}={v} is not one of {options:?}; ignored");
+        }
+        at
+    };
+    let kernels = [
+        SearchKernelChoice::Wide,
+        SearchKernelChoice::Dense,
+        SearchKernelChoice::Narrow,
+        SearchKernelChoice::Latency,
+    ];
+    let tuning = GpuTuning {
+        search_kernel: choice(
+            "OCTEX_GPU_SEARCH_KERNEL",
+            &["wide", "dense", "narrow", "latency"],
+        )
+        .map(|i| kernels[i]),
+        latency_build_small_batches_only: var("OCTEX_GPU_ONE_BLOCK_LATENCY").as_deref()
+            == Some("0"),
+        fragment_lookup: choice("OCTEX_GPU_FRAGMENT_LOOKUP", &["search", "kernel"]).map(|i| {
+            [FragmentLookupChoice::InSearch, FragmentLookupChoice::OwnKernel][i]
+        }),
+        visited_slots_per_entry: var("OCTEX_GPU_VISITED_SLOTS_PER_ENTRY").and_then(|v| {
+            let f = parse_slots_per_entry(&v);
+            if f.is_none() {
+                tracing::warn!(
+                    "OCTEX_GPU_VISITED_SLOTS_PER_ENTRY={v} is not a number from 0.0625 to 64; ignored"
+                );
+            }
+            f
+        }),
+        direct_launches: var("OCTEX_GPU_GRAPHS").as_deref() == Some("0"),
+        projection: choice("OCTEX_GPU_PROJECTION", &["two", "fused"])
+            .map(|i| [ProjectionChoice::Two, ProjectionChoice::Fused][i]),
+        unpadded_principal_columns: var("OCTEX_GPU_PAD_PCS").as_deref() == Some("0"),
+    };
+    let defaults = GpuOptions::default();
+    GpuOptions {
         device: 0,
         max_batch: batch.max(1),
-        ..GpuOptions::default()
-    };
+        tf32_projection: match var("OCTEX_GPU_PROJECTION_TF32").as_deref() {
+            Some("0") => false,
+            Some("1") => true,
+            _ => defaults.tf32_projection,
+        },
+        tuning,
+    }
+}
+
+/// A number of visited-set slots per entry from 1/16 to 64.
+fn parse_slots_per_entry(v: &str) -> Option<f32> {
+    v.trim()
+        .parse::<f32>()
+        .ok()
+        .filter(|f| (0.0625..=64.0).contains(f))
+}
+
+/// `index` opened on `backend` with GPU batches of `batch` queries.
+pub fn open(index: &Index, backend: Backend, batch: usize) -> Result<BackendSearcher> {
+    let opts = gpu_options(batch);
     let s = index.open_on(backend, &opts)?;
     eprintln!("searching on {} ({})", s.backend(), s.device());
     Ok(s)
@@ -194,4 +262,19 @@ pub fn run(args: SearchArgs) -> Result<()> {
     });
     println!("{json}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_per_entry_parse_fractions_and_refuse_the_rest() {
+        assert_eq!(parse_slots_per_entry("0.5"), Some(0.5));
+        assert_eq!(parse_slots_per_entry(" 4 "), Some(4.0));
+        assert_eq!(parse_slots_per_entry("0.01"), None);
+        assert_eq!(parse_slots_per_entry("65"), None);
+        assert_eq!(parse_slots_per_entry("NaN"), None);
+        assert_eq!(parse_slots_per_entry("two"), None);
+    }
 }

@@ -90,6 +90,7 @@ fn searcher(index: &octex_search::Index, gpu: bool) -> Result<BackendSearcher, B
         // The rows are built from exact products, as on the CPU, whatever
         // the default.
         tf32_projection: false,
+        ..GpuOptions::default()
     };
     index
         .open_on(backend, &opts)

@@ -149,13 +149,13 @@ pub struct Gpu {
     /// Batches of any size whose shared memory lets only one block fit a
     /// multiprocessor ([`Gpu::wide_search_blocks`] is 1) run the latency
     /// build, which gives that block its threads.
-    /// `OCTEX_GPU_ONE_BLOCK_LATENCY=0` turns that choice off (measurements).
+    /// [`Gpu::set_search_overrides`] turns that choice off (measurements).
     pub(crate) one_block_latency: bool,
     /// Shared memory of a multiprocessor, and what each block reserves of it.
     smem_per_sm: usize,
     smem_reserved: usize,
     multiprocessors: u32,
-    /// `OCTEX_GPU_SEARCH_KERNEL` (wide, dense, narrow, latency): one build for every
+    /// Set by [`Gpu::set_search_overrides`]: one build for every
     /// launch whose large arrays are in shared memory, whatever its shared
     /// memory or batch size, for measurements (spilled launches keep theirs).
     pub(crate) forced_search_kernel: Option<SearchKernel>,
@@ -163,7 +163,7 @@ pub struct Gpu {
 
 /// The builds of the shared-memory wave search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SearchKernel {
+pub enum SearchKernel {
     /// `wave_search`: `BLOCK_THREADS` threads, 3 blocks per multiprocessor.
     Wide,
     /// `wave_search_dense`: `BLOCK_THREADS` threads, 4 blocks.
@@ -172,23 +172,6 @@ pub(crate) enum SearchKernel {
     Narrow,
     /// `wave_search_latency`: `LATENCY_BLOCK_THREADS` threads, 1 block.
     Latency,
-}
-
-impl SearchKernel {
-    fn from_env() -> Option<Self> {
-        match std::env::var("OCTEX_GPU_SEARCH_KERNEL").ok()?.as_str() {
-            "wide" => Some(Self::Wide),
-            "dense" => Some(Self::Dense),
-            "narrow" => Some(Self::Narrow),
-            "latency" => Some(Self::Latency),
-            other => {
-                tracing::warn!(
-                    "OCTEX_GPU_SEARCH_KERNEL={other} is not wide, dense, narrow or latency; ignored"
-                );
-                None
-            }
-        }
-    }
 }
 
 /// Device address of a buffer (for the pointer tables the kernels read).
@@ -262,7 +245,6 @@ impl Gpu {
             attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let narrow_min_batch = multiprocessors as u32 * NARROW_SEARCH_BLOCKS_PER_SM;
         let latency_max_batch = multiprocessors as u32 * LATENCY_SEARCH_BLOCKS_PER_SM;
-        let one_block_latency = std::env::var("OCTEX_GPU_ONE_BLOCK_LATENCY").as_deref() != Ok("0");
         let topk_tile = f("topk_tile")?;
         for func in [
             &wave_search,
@@ -309,12 +291,21 @@ impl Gpu {
             narrow_max_smem,
             narrow_min_batch,
             latency_max_batch,
-            one_block_latency,
+            one_block_latency: true,
             smem_per_sm,
             smem_reserved,
             multiprocessors: multiprocessors as u32,
-            forced_search_kernel: SearchKernel::from_env(),
+            forced_search_kernel: None,
         })
+    }
+
+    /// Overrides of the search kernel's choice, for measurements: one build
+    /// for every launch (`forced`), and whether the 1,024-thread latency
+    /// build may take any batch whose block has a multiprocessor to itself
+    /// (`one_block_latency`, the default) or only small batches.
+    pub fn set_search_overrides(&mut self, forced: Option<SearchKernel>, one_block_latency: bool) {
+        self.forced_search_kernel = forced;
+        self.one_block_latency = one_block_latency;
     }
 
     /// Blocks of the wide build per multiprocessor for a search launch with

@@ -53,7 +53,7 @@ pub use brute::GpuBruteForce;
 pub use builder::BuilderKernels;
 pub use device::{
     bounded_ptx, device_address, driver_available, total_memory, with_launch_bounds, Gpu,
-    SEARCH_BUILDS,
+    SearchKernel, SEARCH_BUILDS,
 };
 pub use ivf::IvfKernels;
 pub use octex_core::layout;

@@ -77,7 +77,7 @@ impl FromStr for Backend {
 /// Where and how large the GPU backend runs (read only when a search runs
 /// on the GPU; it exists without the `gpu` feature so that calls compile
 /// alike).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GpuOptions {
     /// CUDA device ordinal.
     pub device: usize,
@@ -90,8 +90,61 @@ pub struct GpuOptions {
     /// from the origin; it moves only the fragments read and the sketch
     /// coordinates (recall the same to 1e-4), never the exact rerank. The
     /// index builder's row search always takes exact products.
-    /// `OCTEX_GPU_PROJECTION_TF32=0|1` overrides it (for measurements).
     pub tf32_projection: bool,
+    /// Overrides of the launch rules, for measurements (the defaults follow
+    /// the rules).
+    pub tuning: GpuTuning,
+}
+
+/// Overrides of the GPU launch rules for measurements: `cargo xtask bench`
+/// fills them in (from `OCTEX_GPU_*` variables); the library reads no
+/// environment. The default overrides nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuTuning {
+    /// One build of `wave_search` for every batch.
+    pub search_kernel: Option<SearchKernelChoice>,
+    /// The 1,024-thread latency build only for batches of at most one query
+    /// per multiprocessor, never for a single block per multiprocessor.
+    pub latency_build_small_batches_only: bool,
+    /// Where every batch's fragments are found.
+    pub fragment_lookup: Option<FragmentLookupChoice>,
+    /// Visited-set slots per entry a query may read, 1/16 to 64.
+    pub visited_slots_per_entry: Option<f32>,
+    /// Launch the kernels directly instead of replaying captured graphs
+    /// (profilers see them by name).
+    pub direct_launches: bool,
+    /// Which projection products every batch takes.
+    pub projection: Option<ProjectionChoice>,
+    /// Leave the fused product's principal columns unpadded.
+    pub unpadded_principal_columns: bool,
+}
+
+/// A build of the search kernel ([`GpuTuning::search_kernel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchKernelChoice {
+    Wide,
+    Dense,
+    Narrow,
+    Latency,
+}
+
+/// Where a batch's fragments are found ([`GpuTuning::fragment_lookup`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FragmentLookupChoice {
+    /// Inside `wave_search`, by each query's block.
+    InSearch,
+    /// In `query_fragments`, before `wave_search`.
+    OwnKernel,
+}
+
+/// The projection products ([`GpuTuning::projection`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProjectionChoice {
+    /// Principal coordinates, then the copies' rotation (vectors wider than
+    /// the copies' subspace).
+    Two,
+    /// One fused product.
+    Fused,
 }
 
 impl Default for GpuOptions {
@@ -100,6 +153,7 @@ impl Default for GpuOptions {
             device: 0,
             max_batch: 10_000,
             tf32_projection: true,
+            tuning: GpuTuning::default(),
         }
     }
 }

@@ -34,10 +34,13 @@ use std::time::Instant;
 
 use octex_kernels::driver::{CudaGraph, CudaStream, DriverError};
 use octex_kernels::layout::{BatchView, SearchSmem};
-use octex_kernels::Gpu;
 pub use octex_kernels::GpuError;
+use octex_kernels::{Gpu, SearchKernel};
 
-use crate::{GpuOptions, Index, SearchError, SearchParams, SearchPlan, SearchResults};
+use crate::{
+    GpuOptions, GpuTuning, Index, SearchError, SearchKernelChoice, SearchParams, SearchPlan,
+    SearchResults,
+};
 
 mod batch;
 mod device_index;
@@ -74,6 +77,8 @@ pub struct GpuSearcher {
     last_slot: usize,
     graphs: Graphs,
     max_batch: usize,
+    /// Measurement overrides of the launch rules ([`GpuOptions::tuning`]).
+    tuning: GpuTuning,
     stored: Vec<f32>,
     norms: Vec<f32>,
     /// Profiling: `BatchView::stop_after` of the next searches.
@@ -119,9 +124,19 @@ impl Index {
     /// Copy this index to GPU `opts.device` and return a searcher for it.
     /// Without a CUDA driver this is `SearchError::Gpu(GpuError::NoDriver)`.
     pub fn gpu(&self, opts: &GpuOptions) -> Result<GpuSearcher, SearchError> {
-        let gpu = Gpu::open(opts.device)?;
+        let mut gpu = Gpu::open(opts.device)?;
+        let tuning = opts.tuning;
+        gpu.set_search_overrides(
+            tuning.search_kernel.map(|k| match k {
+                SearchKernelChoice::Wide => SearchKernel::Wide,
+                SearchKernelChoice::Dense => SearchKernel::Dense,
+                SearchKernelChoice::Narrow => SearchKernel::Narrow,
+                SearchKernelChoice::Latency => SearchKernel::Latency,
+            }),
+            !tuning.latency_build_small_batches_only,
+        );
         let t = Instant::now();
-        let dev = DeviceIndex::upload(&gpu, self, opts.tf32_projection)?;
+        let dev = DeviceIndex::upload(&gpu, self, opts.tf32_projection, &tuning)?;
         let max_batch = opts.max_batch.max(1);
         let slots = vec![
             Slot::new(&gpu, &dev, max_batch, 16)?,
@@ -144,6 +159,7 @@ impl Index {
             last_slot: 0,
             graphs: Graphs::default(),
             max_batch,
+            tuning,
             stored: Vec::new(),
             norms: Vec::new(),
             stop_after: 0,
@@ -195,6 +211,7 @@ impl GpuSearcher {
             self.max_batch,
             &plan,
             &self.gpu,
+            &self.tuning,
         )?;
         let lay = SearchSmem::new(&self.dev.view.view, &v);
         Ok((lay.total as usize, v.scratch_per_query as usize))

@@ -57,7 +57,10 @@ mod visited;
 use octex_index::IndexError;
 use serde::{Deserialize, Serialize};
 
-pub use backend::{Backend, BackendSearcher, GpuOptions};
+pub use backend::{
+    Backend, BackendSearcher, FragmentLookupChoice, GpuOptions, GpuTuning, ProjectionChoice,
+    SearchKernelChoice,
+};
 pub use cpu::SingleQuerySearcher;
 pub use engine::SearchStats;
 #[cfg(feature = "gpu")]

@@ -11,7 +11,7 @@ use octex_kernels::layout::{
 use octex_kernels::{device_address, DeviceBatchView, Gpu, GpuError};
 
 use super::device_index::DeviceIndex;
-use crate::SearchPlan;
+use crate::{FragmentLookupChoice, GpuTuning, SearchPlan};
 
 /// Per-batch device buffers, sized for `max_batch` queries and `k_cap` results.
 pub(super) struct BatchBuffers {
@@ -87,6 +87,7 @@ pub(super) fn batch_view(
     max_batch: usize,
     plan: &SearchPlan,
     s: &Gpu,
+    tuning: &GpuTuning,
 ) -> Result<BatchView, GpuError> {
     let ix = &dev.view.view;
     let (p, k) = (&plan.params, plan.k);
@@ -108,7 +109,9 @@ pub(super) fn batch_view(
     // where the shared memory has room.
     let slots =
         |per_entry: f32| visited_slots(entries, per_entry, MAX_HASH_SLOTS, Rounding::PowerOfTwo);
-    let per_entry = visited_slots_per_entry(nq, s);
+    let per_entry = tuning
+        .visited_slots_per_entry
+        .unwrap_or_else(|| visited_slots_per_entry(nq, s));
     let st = s.stream();
     let two_products = dev.projection.two_for(nq).is_some();
     let pcs_stride = dev.projection.pcs_stride(ix, nq);
@@ -125,7 +128,7 @@ pub(super) fn batch_view(
         out_dists: device_address(&b.dists, st),
         stats: device_address(&b.stats, st),
         scratch: 0,
-        frag_hits: match FragmentLookup::for_batch(nq, ix, s) {
+        frag_hits: match FragmentLookup::for_batch(nq, ix, s, tuning.fragment_lookup) {
             FragmentLookup::OwnKernel => device_address(&b.frag_hits, st),
             FragmentLookup::InSearch => 0,
         },
@@ -208,29 +211,22 @@ impl FragmentLookup {
     /// (there the kernel's extra launches cost more than they save), and
     /// for indexes whose spacings or copies
     /// pass its limits ([`FragmentLookupLayout::takes`]).
-    /// `OCTEX_GPU_FRAGMENT_LOOKUP=search` (or `kernel`) sets it for every
-    /// batch, for measurements.
-    pub(super) fn for_batch(nq: usize, index: &IndexView, gpu: &Gpu) -> Self {
+    /// `forced` ([`GpuTuning::fragment_lookup`]) sets it for every batch the
+    /// kernel can take, for measurements.
+    pub(super) fn for_batch(
+        nq: usize,
+        index: &IndexView,
+        gpu: &Gpu,
+        forced: Option<FragmentLookupChoice>,
+    ) -> Self {
         if !FragmentLookupLayout::takes(index.spacings, 8 * index.blocks)
             || lookup_words(nq, index.copies).is_none()
         {
             return FragmentLookup::InSearch;
         }
-        static FORCED: std::sync::OnceLock<Option<FragmentLookup>> = std::sync::OnceLock::new();
-        let forced = FORCED.get_or_init(|| {
-            match std::env::var("OCTEX_GPU_FRAGMENT_LOOKUP").ok()?.as_str() {
-                "search" => Some(FragmentLookup::InSearch),
-                "kernel" => Some(FragmentLookup::OwnKernel),
-                other => {
-                    tracing::warn!(
-                        "OCTEX_GPU_FRAGMENT_LOOKUP={other} is neither `search` nor `kernel`; ignored"
-                    );
-                    None
-                }
-            }
-        });
         match forced {
-            Some(f) => *f,
+            Some(FragmentLookupChoice::InSearch) => FragmentLookup::InSearch,
+            Some(FragmentLookupChoice::OwnKernel) => FragmentLookup::OwnKernel,
             None if nq <= gpu.multiprocessors() as usize => FragmentLookup::InSearch,
             None => FragmentLookup::OwnKernel,
         }
@@ -314,37 +310,17 @@ const SPARE_SMEM_SLOTS_PER_ENTRY: f32 = 4.0;
 /// C = 128, r = 12, S = 8: 2,048 slots for 1,546 distinct ids), and their
 /// batch-100 latency was 1.3-1.7 times that of r = 16, which reads more
 /// entries into a set of twice the slots.
-/// `OCTEX_GPU_VISITED_SLOTS_PER_ENTRY` sets it for every batch, for
+/// [`GpuTuning::visited_slots_per_entry`] sets it for every batch, for
 /// measurements. It may be a fraction from 1/16 (a set smaller than the
 /// entries read, so more blocks fit a multiprocessor at large `S W`): the
 /// set holds distinct ids only, but one that fills drops the ids it cannot
 /// place, which shows as lost recall.
 fn visited_slots_per_entry(nq: usize, gpu: &Gpu) -> f32 {
-    static FORCED: std::sync::OnceLock<Option<f32>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| {
-        let v = std::env::var("OCTEX_GPU_VISITED_SLOTS_PER_ENTRY").ok()?;
-        let parsed = parse_slots_per_entry(&v);
-        if parsed.is_none() {
-            tracing::warn!(
-                "OCTEX_GPU_VISITED_SLOTS_PER_ENTRY={v} is not a number from 0.0625 to 64; ignored"
-            );
-        }
-        parsed
-    });
-    match forced {
-        Some(f) => *f,
-        None if nq <= gpu.multiprocessors() as usize => SPARE_SMEM_SLOTS_PER_ENTRY,
-        None => 1.0,
+    if nq <= gpu.multiprocessors() as usize {
+        SPARE_SMEM_SLOTS_PER_ENTRY
+    } else {
+        1.0
     }
-}
-
-/// `OCTEX_GPU_VISITED_SLOTS_PER_ENTRY`'s value, when it is a number from
-/// 1/16 to 64.
-fn parse_slots_per_entry(v: &str) -> Option<f32> {
-    v.trim()
-        .parse::<f32>()
-        .ok()
-        .filter(|f| (0.0625..=64.0).contains(f))
 }
 
 /// The projection of a batch ([`Projection`]): the principal coordinates and
@@ -494,15 +470,5 @@ mod tests {
                 assert_eq!(slots % VISITED_SLOT_STEP, 0);
             }
         }
-    }
-
-    #[test]
-    fn slots_per_entry_parse_fractions_and_refuse_the_rest() {
-        assert_eq!(parse_slots_per_entry("0.5"), Some(0.5));
-        assert_eq!(parse_slots_per_entry(" 4 "), Some(4.0));
-        assert_eq!(parse_slots_per_entry("0.01"), None);
-        assert_eq!(parse_slots_per_entry("65"), None);
-        assert_eq!(parse_slots_per_entry("NaN"), None);
-        assert_eq!(parse_slots_per_entry("two"), None);
     }
 }

@@ -6,7 +6,7 @@ use octex_kernels::driver::{CudaSlice, DeviceRepr};
 use octex_kernels::layout::{fused_pc_cols, IndexView};
 use octex_kernels::{device_address, DeviceIndexView, Gpu, GpuError};
 
-use crate::{Index, SearchError};
+use crate::{GpuTuning, Index, ProjectionChoice, SearchError};
 
 /// The index sections in device memory.
 pub(super) struct DeviceIndex {
@@ -42,23 +42,13 @@ pub(super) struct Projection {
     /// Columns of the principal coordinates in the fused product's rows:
     /// `basis_dim` padded by [`octex_kernels::layout::fused_pc_cols`], so
     /// that the projections after them start 16-byte aligned (or, with
-    /// `OCTEX_GPU_PAD_PCS=0`, for measurements, `basis_dim`).
+    /// `GpuTuning::unpadded_principal_columns`, for measurements, `basis_dim`).
     pc_cols: usize,
     /// The data's mean (`dim` values), subtracted from a batch's queries
     /// before TF32 products; `None` with exact products. The products run on
     /// TF32 tensor cores exactly when it is there
     /// ([`crate::GpuOptions::tf32_projection`]).
     pub(super) mean: Option<CudaSlice<f32>>,
-}
-
-/// Whether the products run on TF32 tensor cores: the option, unless
-/// `OCTEX_GPU_PROJECTION_TF32=0|1` overrides it (for measurements).
-fn resolve_tf32(option: bool) -> bool {
-    match std::env::var("OCTEX_GPU_PROJECTION_TF32").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => option,
-    }
 }
 
 /// Multiply-adds the fused product may add to a batch's projection over the
@@ -84,22 +74,21 @@ impl Projection {
         map: &octex_lattice::CopyMap,
         mean: &[f32],
         tf32: bool,
+        tuning: &GpuTuning,
     ) -> Result<(Self, usize), GpuError> {
         let (dim, mc, width) = (map.dim, map.rotation_dim(), map.width());
-        // `OCTEX_GPU_PROJECTION=two` keeps wide vectors on two products at
-        // every batch size, `fused` puts every batch on the fused product
-        // (for measurements: the rule counts multiply-adds, but at batch
-        // 10,000 the products are bound by their launches and their output).
-        let forced = std::env::var("OCTEX_GPU_PROJECTION");
-        let fused_max_batch = match forced.as_deref() {
-            Ok("two") if dim > mc => 0,
-            Ok("fused") => usize::MAX,
+        // `ProjectionChoice::Two` keeps wide vectors on two products at every
+        // batch size, `Fused` puts every batch on the fused product (for
+        // measurements: the rule counts multiply-adds, but at batch 10,000
+        // the products are bound by their launches and their output).
+        let fused_max_batch = match tuning.projection {
+            Some(ProjectionChoice::Two) if dim > mc => 0,
+            Some(ProjectionChoice::Fused) => usize::MAX,
             _ => fused_max_batch(dim, mc, width),
         };
         // The principal block padded to a multiple of 4 columns, so the
         // projections start 16-byte aligned for the fragment lookup.
-        // `OCTEX_GPU_PAD_PCS=0` leaves it unpadded, for measurements.
-        let pc_cols = if std::env::var("OCTEX_GPU_PAD_PCS").is_ok_and(|v| v == "0") {
+        let pc_cols = if tuning.unpadded_principal_columns {
             map.basis_dim
         } else {
             fused_pc_cols(map.basis_dim as u32) as usize
@@ -207,7 +196,12 @@ impl DeviceParts {
 }
 
 impl DeviceIndex {
-    pub(super) fn upload(gpu: &Gpu, index: &Index, tf32: bool) -> Result<Self, SearchError> {
+    pub(super) fn upload(
+        gpu: &Gpu,
+        index: &Index,
+        tf32: bool,
+        tuning: &GpuTuning,
+    ) -> Result<Self, SearchError> {
         let raw = &index.raw;
         let h = raw.header();
         if raw.len() >= (1usize << 31) {
@@ -253,8 +247,7 @@ impl DeviceIndex {
                 ),
             }));
         }
-        let (projection, projection_floats) =
-            Projection::upload(gpu, map, mean, resolve_tf32(tf32))?;
+        let (projection, projection_floats) = Projection::upload(gpu, map, mean, tf32, tuning)?;
         // The biases of the products' outputs: zero when the queries are
         // centred before them.
         let (basis_bias, z_bias) = match projection.mean {

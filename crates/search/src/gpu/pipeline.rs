@@ -125,6 +125,7 @@ impl GpuSearcher {
                         self.max_batch,
                         plan,
                         &self.gpu,
+                        &self.tuning,
                     )?
                 };
                 self.shared_memory(&view, &plan.params)?;
@@ -149,8 +150,9 @@ impl GpuSearcher {
                 let slot = &mut self.slots[s];
                 slot.buffers.view.update(view);
                 // Profilers see the kernels of a direct launch by name
-                // (OCTEX_GPU_GRAPHS=0); the default replays a captured graph.
-                let graphs = std::env::var("OCTEX_GPU_GRAPHS").map_or(true, |v| v != "0");
+                // (`GpuTuning::direct_launches`); the default replays a
+                // captured graph.
+                let graphs = !self.tuning.direct_launches;
                 if graphs && !self.graphs.contains_key(&view) {
                     if self.graphs.len() >= MAX_GRAPHS {
                         self.graphs.clear();

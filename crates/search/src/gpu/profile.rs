@@ -149,6 +149,7 @@ impl GpuSearcher {
                 self.max_batch,
                 plan,
                 &self.gpu,
+                &self.tuning,
             )?
         };
         self.shared_memory(&view, p)?;

@@ -140,16 +140,13 @@ pub fn exact_knn(
         Exclude::Nothing
     };
     let rows = |id: usize, out: &mut [f32]| out.copy_from_slice(&base[id * dim..(id + 1) * dim]);
-    exact_knn_of_rows(
-        base.len() / dim,
-        &rows,
-        queries,
-        dim,
-        k,
-        metric,
-        exclude,
-        on_block,
-    )
+    // The mean as the PCA takes it: the same bits as before the row form.
+    let mean = match metric {
+        KnnMetric::L2 => column_mean(base, dim),
+        KnnMetric::NegDot => vec![0.0; dim],
+    };
+    let n = base.len() / dim;
+    exact_knn_about(n, &rows, mean, queries, dim, k, metric, exclude, on_block)
 }
 
 /// [`exact_knn`] over `n` base rows that `row(id, out)` writes (`dim`
@@ -170,23 +167,19 @@ pub fn exact_knn_of_rows(
     on_block: &(dyn Fn(usize) + Sync),
 ) -> (Vec<u32>, Vec<f32>) {
     assert!(dim > 0 && queries.len() % dim == 0);
-    let nq = queries.len() / dim;
-    let block_of = |b0: usize, bn: usize| {
-        let mut out = vec![0f32; bn * dim];
-        out.chunks_exact_mut(dim)
-            .enumerate()
-            .for_each(|(j, o)| row(b0 + j, o));
-        out
-    };
     let blocks: Vec<usize> = (0..n).step_by(BASE_BLOCK).collect();
     let mean = match metric {
         KnnMetric::L2 => {
             let sums: Vec<Vec<f64>> = blocks
                 .par_iter()
                 .map(|&b0| {
-                    let bn = (n - b0).min(BASE_BLOCK);
-                    let m = column_mean(&block_of(b0, bn), dim);
-                    m.iter().map(|x| x * bn as f64).collect()
+                    let mut acc = vec![0f64; dim];
+                    let mut r = vec![0f32; dim];
+                    for id in b0..(b0 + BASE_BLOCK).min(n) {
+                        row(id, &mut r);
+                        acc.iter_mut().zip(&r).for_each(|(a, &v)| *a += v as f64);
+                    }
+                    acc
                 })
                 .collect();
             let mut mean = vec![0f64; dim];
@@ -198,6 +191,32 @@ pub fn exact_knn_of_rows(
         }
         KnnMetric::NegDot => vec![0.0; dim],
     };
+    exact_knn_about(n, row, mean, queries, dim, k, metric, exclude, on_block)
+}
+
+/// [`exact_knn_of_rows`] with the base's mean given (zeros for
+/// [`KnnMetric::NegDot`]): products of vectors less it.
+#[allow(clippy::too_many_arguments)]
+fn exact_knn_about(
+    n: usize,
+    row: &(dyn Fn(usize, &mut [f32]) + Sync),
+    mean: Vec<f64>,
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+    metric: KnnMetric,
+    exclude: Exclude,
+    on_block: &(dyn Fn(usize) + Sync),
+) -> (Vec<u32>, Vec<f32>) {
+    let nq = queries.len() / dim;
+    let block_of = |b0: usize, bn: usize| {
+        let mut out = vec![0f32; bn * dim];
+        out.chunks_exact_mut(dim)
+            .enumerate()
+            .for_each(|(j, o)| row(b0 + j, o));
+        out
+    };
+    let blocks: Vec<usize> = (0..n).step_by(BASE_BLOCK).collect();
     let less_mean = |r: &[f32], out: &mut Vec<f64>| {
         out.clear();
         out.extend(

@@ -24,7 +24,10 @@
 //! Files: `index.rs` (the shared [`Index`], input checks, query
 //! preparation), `plan.rs` ([`SearchPlan`] and its bounds), `cpu.rs` and
 //! `engine.rs` (the CPU backend), `simd.rs`, `visited.rs`, `gpu.rs` and
-//! `gpu/` (the GPU backend), `backend.rs`, `tune.rs`. Place in the pipeline:
+//! `gpu/` (the GPU backend), `backend.rs` ([`Backend`], [`GpuOptions`],
+//! [`GpuTuning`]), `handle.rs` ([`SharedIndex`], what the Python and C
+//! bindings hold), `tune.rs` (`recall=`), [`knn`] (exact k-NN, ground truth
+//! and recall@k: the one home of evaluation). Place in the pipeline:
 //! after `octex-build`; depends on `octex-index` (the layout) and
 //! `octex-lattice` (the decoders).
 //!

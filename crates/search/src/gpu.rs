@@ -44,6 +44,8 @@ use crate::{
 
 mod batch;
 mod device_index;
+#[cfg(test)]
+mod launch_table;
 mod pipeline;
 mod profile;
 use batch::batch_view;

@@ -66,7 +66,8 @@ pub fn run(args: KernelReportArgs) -> Result<()> {
         "{:<22} {:>7} {:>10} {:>9} {:>6} {:>7} {:>10} {:>12}",
         "build", "threads", "blocks/SM", "registers", "cap", "stack", "spill st", "spill ld"
     );
-    for (entry, threads, blocks) in octex_kernels::SEARCH_BUILDS {
+    for k in octex_kernels::SearchKernel::ALL {
+        let (entry, threads, blocks) = (k.entry(), k.threads(), k.blocks_per_sm());
         let Some(e) = entries.iter().find(|e| e.name == entry) else {
             bail!("ptxas said nothing of {entry}");
         };
@@ -195,7 +196,8 @@ ptxas info    : Used 6 registers
     #[test]
     fn every_search_build_has_its_bounds_in_the_loaded_module() {
         let ptx = octex_kernels::bounded_ptx();
-        for (entry, threads, blocks) in octex_kernels::SEARCH_BUILDS {
+        for k in octex_kernels::SearchKernel::ALL {
+            let (entry, threads, blocks) = (k.entry(), k.threads(), k.blocks_per_sm());
             let at = ptx.find(&format!(".entry {entry}(")).expect(entry);
             let body = at + ptx[at..].find("\n{").unwrap();
             let head = &ptx[at..body];

@@ -439,7 +439,7 @@ impl SearchSmem {
     /// held fewer distinct ids than the start points (only then does
     /// `wave_search` visit the seeds), those and the `n_seeds` seeds. It
     /// sizes the candidate buffer; the visited set keeps a slot per entry
-    /// read (`crates/search/src/gpu/batch.rs` says why).
+    /// read (`crates/search/src/gpu/launch_plan.rs` says why).
     pub const fn first_round_ids(index: &IndexView, read_depth: u32, start_points: u32) -> u32 {
         let ripples = index.copies * read_depth;
         let seeded = min_u32(ripples, start_points.saturating_sub(1)) + index.n_seeds;

@@ -11,7 +11,8 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::layout::{BLOCK_THREADS, LATENCY_BLOCK_THREADS, NARROW_BLOCK_THREADS};
+use crate::layout::BLOCK_THREADS;
+use crate::search::SearchKernel;
 use crate::{GpuError, PTX};
 
 /// Total memory of device `ordinal` in bytes (a context is created for the
@@ -36,30 +37,6 @@ pub fn driver_available() -> bool {
 /// cuBLAS workspace (fixed, so products can be captured in graphs).
 const BLAS_WORKSPACE: usize = 32 << 20;
 
-/// `wave_search` blocks that should fit one multiprocessor: the register cap
-/// this implies (80 of 255) lets three blocks of typical shared memory
-/// (~60 KB each) share an SM instead of two.
-const SEARCH_BLOCKS_PER_SM: u32 = 3;
-
-/// Blocks per multiprocessor of `wave_search_dense` (64 registers a thread),
-/// launched when the batch's shared memory lets four fit (faster than three
-/// where it does).
-const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
-
-/// Blocks per multiprocessor of `wave_search_narrow` (`NARROW_BLOCK_THREADS`
-/// threads, 64 registers a thread), launched when the batch's shared memory
-/// lets this many fit and the batch fills every multiprocessor with them
-/// (faster than the dense build for small per-query work in full batches,
-/// slower elsewhere).
-const NARROW_SEARCH_BLOCKS_PER_SM: u32 = 8;
-
-/// Blocks per multiprocessor of `wave_search_latency`: one block of
-/// `LATENCY_BLOCK_THREADS` threads (64 registers a thread), launched for
-/// batches of at most one query per multiprocessor, and for batches of any
-/// size whose shared memory lets only one block fit (GloVe-50 at rows of 64,
-/// S64-S96 W4-W5, batch 10,000: 5-23% faster than one 256-thread block).
-const LATENCY_SEARCH_BLOCKS_PER_SM: u32 = 1;
-
 /// Bytes per second of a double-data-rate memory at `clock_khz` on a bus
 /// of `bus_bits`.
 fn peak_bandwidth(clock_khz: f64, bus_bits: f64) -> f64 {
@@ -83,37 +60,14 @@ pub fn with_launch_bounds(ptx: &str, entry: &str, threads: u32, blocks_per_sm: u
     )
 }
 
-/// The builds of `wave_search`: entry, threads per block and blocks per
-/// multiprocessor (the launch bounds that set each build's register cap).
-pub const SEARCH_BUILDS: [(&str, u32, u32); 5] = [
-    ("wave_search", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
-    ("wave_search_spilled", BLOCK_THREADS, SEARCH_BLOCKS_PER_SM),
-    (
-        "wave_search_dense",
-        BLOCK_THREADS,
-        DENSE_SEARCH_BLOCKS_PER_SM,
-    ),
-    (
-        "wave_search_narrow",
-        NARROW_BLOCK_THREADS,
-        NARROW_SEARCH_BLOCKS_PER_SM,
-    ),
-    (
-        "wave_search_latency",
-        LATENCY_BLOCK_THREADS,
-        LATENCY_SEARCH_BLOCKS_PER_SM,
-    ),
-];
-
 /// The module as the driver loads it: [`PTX`] with the launch bounds of each
-/// of [`SEARCH_BUILDS`] (`cargo xtask kernel-report` compiles the same text
-/// with `ptxas` to show each build's registers and spills).
+/// build of `wave_search` ([`SearchKernel::ALL`]; `cargo xtask kernel-report`
+/// compiles the same text with `ptxas` to show each build's registers and
+/// spills).
 pub fn bounded_ptx() -> String {
-    SEARCH_BUILDS
-        .iter()
-        .fold(PTX.to_string(), |ptx, &(entry, threads, blocks)| {
-            with_launch_bounds(&ptx, entry, threads, blocks)
-        })
+    SearchKernel::ALL.iter().fold(PTX.to_string(), |ptx, k| {
+        with_launch_bounds(&ptx, k.entry(), k.threads(), k.blocks_per_sm())
+    })
 }
 
 /// One GPU: context, stream, kernels and cuBLAS.
@@ -123,55 +77,45 @@ pub struct Gpu {
     module: Arc<CudaModule>,
     pub(crate) blas: CudaBlas,
     _blas_workspace: CudaSlice<u8>,
-    pub(crate) wave_search: CudaFunction,
-    pub(crate) wave_search_spilled: CudaFunction,
-    pub(crate) wave_search_dense: CudaFunction,
-    pub(crate) wave_search_narrow: CudaFunction,
-    pub(crate) wave_search_latency: CudaFunction,
+    /// The builds of `wave_search`, in the order of [`SearchKernel::ALL`].
+    pub(crate) wave_search_builds: Vec<CudaFunction>,
     pub(crate) fragment_keys: CudaFunction,
     pub(crate) query_fragments: CudaFunction,
     pub(crate) sub_bias: CudaFunction,
     pub(crate) sub_bias_into: CudaFunction,
     pub(crate) row_sq_norms: CudaFunction,
     pub(crate) topk_tile: CudaFunction,
-    pub(crate) max_smem: usize,
-    /// Most dynamic shared memory of a `wave_search_dense` launch.
-    pub(crate) dense_max_smem: usize,
-    /// Most dynamic shared memory of a `wave_search_narrow` launch.
-    pub(crate) narrow_max_smem: usize,
-    /// Fewest queries of a `wave_search_narrow` launch (enough blocks for
-    /// every multiprocessor).
-    pub(crate) narrow_min_batch: u32,
-    /// Most queries of a `wave_search_latency` launch (one per
-    /// multiprocessor), unless only one block fits a multiprocessor
-    /// (`one_block_latency`).
-    pub(crate) latency_max_batch: u32,
-    /// Batches of any size whose shared memory lets only one block fit a
-    /// multiprocessor ([`Gpu::wide_search_blocks`] is 1) run the latency
-    /// build, which gives that block its threads.
-    /// [`Gpu::set_search_overrides`] turns that choice off (measurements).
-    pub(crate) one_block_latency: bool,
-    /// Shared memory of a multiprocessor, and what each block reserves of it.
-    smem_per_sm: usize,
-    smem_reserved: usize,
-    multiprocessors: u32,
-    /// Set by [`Gpu::set_search_overrides`]: one build for every
-    /// launch whose large arrays are in shared memory, whatever its shared
-    /// memory or batch size, for measurements (spilled launches keep theirs).
-    pub(crate) forced_search_kernel: Option<SearchKernel>,
+    pub(crate) limits: DeviceLimits,
 }
 
-/// The builds of the shared-memory wave search.
+/// What a device offers the search kernels' launches: multiprocessors and
+/// shared memory (read once when the device is opened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SearchKernel {
-    /// `wave_search`: `BLOCK_THREADS` threads, 3 blocks per multiprocessor.
-    Wide,
-    /// `wave_search_dense`: `BLOCK_THREADS` threads, 4 blocks.
-    Dense,
-    /// `wave_search_narrow`: `NARROW_BLOCK_THREADS` threads, 8 blocks.
-    Narrow,
-    /// `wave_search_latency`: `LATENCY_BLOCK_THREADS` threads, 1 block.
-    Latency,
+pub struct DeviceLimits {
+    pub multiprocessors: u32,
+    /// Most dynamic shared memory one block may take (opted in).
+    pub max_block_smem: usize,
+    /// Shared memory of one multiprocessor.
+    pub smem_per_sm: usize,
+    /// What each block reserves of it beside its dynamic shared memory.
+    pub smem_reserved: usize,
+}
+
+impl DeviceLimits {
+    /// Most dynamic shared memory a block may take for `blocks` of them to
+    /// share one multiprocessor.
+    pub fn smem_for_blocks(&self, blocks: u32) -> usize {
+        (self.smem_per_sm / blocks as usize).saturating_sub(self.smem_reserved)
+    }
+
+    /// Blocks of `smem` bytes of dynamic shared memory that fit one
+    /// multiprocessor (0 past a block's limit).
+    pub fn blocks_per_sm(&self, smem: usize) -> u32 {
+        if smem > self.max_block_smem {
+            return 0;
+        }
+        (self.smem_per_sm / (smem + self.smem_reserved)) as u32
+    }
 }
 
 /// Device address of a buffer (for the pointer tables the kernels read).
@@ -221,11 +165,10 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let module = ctx.load_module(Ptx::from_src(bounded_ptx()))?;
         let f = |name: &str| module.load_function(name);
-        let wave_search = f("wave_search")?;
-        let wave_search_spilled = f("wave_search_spilled")?;
-        let wave_search_dense = f("wave_search_dense")?;
-        let wave_search_narrow = f("wave_search_narrow")?;
-        let wave_search_latency = f("wave_search_latency")?;
+        let wave_search_builds = SearchKernel::ALL
+            .iter()
+            .map(|k| f(k.entry()))
+            .collect::<Result<Vec<_>, _>>()?;
         let attribute = |a| ctx.attribute(a).map(|v| v as usize);
         let max_smem = attribute(
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -236,24 +179,10 @@ impl Gpu {
         let smem_reserved = attribute(
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
         )?;
-        // The dense kernel when DENSE_SEARCH_BLOCKS_PER_SM blocks of this much
-        // dynamic shared memory fit one multiprocessor.
-        let fitting = |blocks: u32| (smem_per_sm / blocks as usize).saturating_sub(smem_reserved);
-        let dense_max_smem = fitting(DENSE_SEARCH_BLOCKS_PER_SM);
-        let narrow_max_smem = fitting(NARROW_SEARCH_BLOCKS_PER_SM);
         let multiprocessors =
             attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        let narrow_min_batch = multiprocessors as u32 * NARROW_SEARCH_BLOCKS_PER_SM;
-        let latency_max_batch = multiprocessors as u32 * LATENCY_SEARCH_BLOCKS_PER_SM;
         let topk_tile = f("topk_tile")?;
-        for func in [
-            &wave_search,
-            &wave_search_spilled,
-            &wave_search_dense,
-            &wave_search_narrow,
-            &wave_search_latency,
-            &topk_tile,
-        ] {
+        for func in wave_search_builds.iter().chain([&topk_tile]) {
             func.set_attribute(
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 max_smem as i32,
@@ -280,48 +209,20 @@ impl Gpu {
             module,
             blas,
             _blas_workspace: workspace,
-            wave_search,
-            wave_search_spilled,
-            wave_search_dense,
-            wave_search_narrow,
-            wave_search_latency,
+            wave_search_builds,
             topk_tile,
-            max_smem,
-            dense_max_smem,
-            narrow_max_smem,
-            narrow_min_batch,
-            latency_max_batch,
-            one_block_latency: true,
-            smem_per_sm,
-            smem_reserved,
-            multiprocessors: multiprocessors as u32,
-            forced_search_kernel: None,
+            limits: DeviceLimits {
+                multiprocessors: multiprocessors as u32,
+                max_block_smem: max_smem,
+                smem_per_sm,
+                smem_reserved,
+            },
         })
     }
 
-    /// Overrides of the search kernel's choice, for measurements: one build
-    /// for every launch (`forced`), and whether the 1,024-thread latency
-    /// build may take any batch whose block has a multiprocessor to itself
-    /// (`one_block_latency`, the default) or only small batches.
-    pub fn set_search_overrides(&mut self, forced: Option<SearchKernel>, one_block_latency: bool) {
-        self.forced_search_kernel = forced;
-        self.one_block_latency = one_block_latency;
-    }
-
-    /// Blocks of the wide build per multiprocessor for a search launch with
-    /// `smem` bytes of dynamic shared memory a block (at one block the
-    /// latency build takes it instead): at most [`SEARCH_BLOCKS_PER_SM`],
-    /// and 0 past a block's shared memory (the launch spills). `None` where
-    /// the dense or narrow build takes it.
-    pub fn wide_search_blocks(&self, smem: usize) -> Option<u32> {
-        if smem <= self.dense_max_smem {
-            return None;
-        }
-        if smem > self.max_smem {
-            return Some(0);
-        }
-        let fit = self.smem_per_sm / (smem + self.smem_reserved);
-        Some((fit as u32).min(SEARCH_BLOCKS_PER_SM))
+    /// The device's multiprocessors and shared memory.
+    pub fn limits(&self) -> DeviceLimits {
+        self.limits
     }
 
     /// A kernel of the module by name (for the launchers of other modules).
@@ -370,13 +271,13 @@ impl Gpu {
 
     /// Most dynamic shared memory one block may take.
     pub fn max_shared_memory(&self) -> usize {
-        self.max_smem
+        self.limits.max_block_smem
     }
 
     /// Streaming multiprocessors of the device: a launch of at most this many
     /// blocks runs one block per multiprocessor, whatever its shared memory.
     pub fn multiprocessors(&self) -> u32 {
-        self.multiprocessors
+        self.limits.multiprocessors
     }
 
     /// Copy a host slice to a new device buffer.

@@ -52,13 +52,13 @@ pub mod sort;
 pub use brute::GpuBruteForce;
 pub use builder::BuilderKernels;
 pub use device::{
-    bounded_ptx, device_address, driver_available, total_memory, with_launch_bounds, Gpu,
-    SearchKernel, SEARCH_BUILDS,
+    bounded_ptx, device_address, driver_available, total_memory, with_launch_bounds, DeviceLimits,
+    Gpu,
 };
 pub use ivf::IvfKernels;
 pub use octex_core::layout;
 pub use pinned::PinnedBuf;
-pub use search::{DeviceBatchView, DeviceIndexView};
+pub use search::{DeviceBatchView, DeviceIndexView, SearchKernel};
 pub use sort::GpuSort;
 
 use cudarc::driver::DeviceRepr;
@@ -172,7 +172,7 @@ mod tests {
     fn search_parameters_are_the_host_views() {
         // The search kernels take the views by value: each build's two
         // parameters must be exactly the host structs' bytes.
-        for (entry, _, _) in SEARCH_BUILDS {
+        for entry in SearchKernel::ALL.map(SearchKernel::entry) {
             let at = PTX.find(&format!(".entry {entry}(")).expect(entry);
             let head = &PTX[at..at + PTX[at..].find(')').unwrap()];
             let sizes: Vec<usize> = head

@@ -8,7 +8,7 @@
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, PushKernelArg};
 
-use crate::device::{cfg_threads, SearchKernel};
+use crate::device::cfg_threads;
 use crate::layout::{
     BatchView, FragmentLookupLayout, IndexView, SearchSmem, BLOCK_THREADS, LATENCY_BLOCK_THREADS,
     LOOKUP_TILE_SMEM, MAX_LOOKUP_SPACINGS, NARROW_BLOCK_THREADS,
@@ -94,83 +94,114 @@ impl Gpu {
         Ok(())
     }
 
-    /// The wave search of a batch: one block per query. `batch` must describe
-    /// live buffers sized for `nq` queries (see [`BatchView`]).
+    /// The wave search of a batch with the build `kernel`: one block per
+    /// query. `batch` must describe live buffers sized for `nq` queries (see
+    /// [`BatchView`]); the caller's launch plan chose the build, which this
+    /// checks against the batch (a spilled batch takes the spilled build
+    /// only, the dense and narrow builds hash power-of-two sets only).
     pub fn wave_search(
         &self,
         index: &DeviceIndexView,
         batch: &DeviceBatchView,
+        kernel: SearchKernel,
     ) -> Result<(), GpuError> {
         let smem = SearchSmem::new(&index.view, &batch.view).total as usize;
-        if smem > self.max_smem {
+        if smem > self.limits.max_block_smem {
             return Err(GpuError::Unsupported(format!(
                 "these search parameters need {smem} bytes of shared memory per query, the GPU has {}",
-                self.max_smem
+                self.limits.max_block_smem
             )));
         }
-        // The large arrays in shared memory, or spilled to the global scratch:
-        // one kernel for each, so that the first uses shared-memory
-        // instructions throughout. Of the shared-memory builds, the one with
-        // the most blocks per multiprocessor that the shared memory allows;
-        // the narrow one only for batches that fill the device with it, the
-        // latency one for launches of one block per multiprocessor (batches
-        // of at most one query per multiprocessor, or shared memory that
-        // lets only one block fit) whose rounds have work for its threads
-        // (LATENCY_MIN_ROUND_IDS).
-        let (function, threads) = if batch.view.scratch_per_query > 0 {
-            (&self.wave_search_spilled, BLOCK_THREADS)
-        } else {
-            let nq = batch.view.nq;
-            let round_ids = SearchSmem::fresh_len(&index.view, &batch.view);
-            let one_block = nq <= self.latency_max_batch
-                || (self.one_block_latency && self.wide_search_blocks(smem) == Some(1));
-            let fitting = if one_block && round_ids >= LATENCY_MIN_ROUND_IDS {
-                SearchKernel::Latency
-            } else if smem <= self.narrow_max_smem && nq >= self.narrow_min_batch {
-                SearchKernel::Narrow
-            } else if smem <= self.dense_max_smem {
-                SearchKernel::Dense
-            } else {
-                SearchKernel::Wide
-            };
-            // The dense and narrow builds hash for power-of-two sets only
-            // (the host gives them no other; a forced build may meet one).
-            let chosen = match self.forced_search_kernel.unwrap_or(fitting) {
-                SearchKernel::Dense | SearchKernel::Narrow
-                    if !batch.view.hash_slots.is_power_of_two() =>
-                {
-                    SearchKernel::Wide
-                }
-                k => k,
-            };
-            match chosen {
-                SearchKernel::Wide => (&self.wave_search, BLOCK_THREADS),
-                SearchKernel::Dense => (&self.wave_search_dense, BLOCK_THREADS),
-                SearchKernel::Narrow => (&self.wave_search_narrow, NARROW_BLOCK_THREADS),
-                SearchKernel::Latency => (&self.wave_search_latency, LATENCY_BLOCK_THREADS),
-            }
+        let spilled = batch.view.scratch_per_query > 0;
+        let hashes = match kernel {
+            SearchKernel::Dense | SearchKernel::Narrow => batch.view.hash_slots.is_power_of_two(),
+            _ => true,
         };
+        if spilled != (kernel == SearchKernel::Spilled) || !hashes {
+            return Err(GpuError::Unsupported(format!(
+                "internal: build {kernel:?} for a batch of {} visited slots{}",
+                batch.view.hash_slots,
+                if spilled { ", spilled" } else { "" }
+            )));
+        }
         // The views by value: kernel parameters sit in the constant bank,
         // where ptxas reads their fields again instead of keeping them in
         // registers (the 64-register builds spilled 308 bytes a thread with
         // pointers to device copies, 60 with the views as parameters).
         let (index_view, batch_view) = (Layout(index.view), Layout(batch.view));
-        let mut b = self.stream.launch_builder(function);
+        let mut b = self
+            .stream
+            .launch_builder(&self.wave_search_builds[kernel as usize]);
         b.arg(&index_view).arg(&batch_view);
         // SAFETY: the views' pointers are live and sized as they say (their owners
         // build them); shared memory as SearchSmem lays it out; each build is
         // launched with the block size it was compiled for.
-        unsafe { b.launch(cfg_threads(batch.view.nq, threads, smem as u32)) }?;
+        unsafe { b.launch(cfg_threads(batch.view.nq, kernel.threads(), smem as u32)) }?;
         Ok(())
     }
 }
 
-/// Fewest ids in a query's largest round (the first round's `copies x
-/// read_depth` ripple entries, or a wave's `start_points x row_len` row
-/// entries) for which a batch of at most one query per multiprocessor runs the
-/// 1,024-thread latency build: below it, more warps wait at every barrier
-/// than the round has work for, and the 256-thread build is faster.
-const LATENCY_MIN_ROUND_IDS: u32 = 2048;
+/// The builds of `wave_search`: one source compiled with different launch
+/// bounds (threads per block and blocks per multiprocessor, hence a register
+/// cap each), and one with its large arrays in a global scratch. The search
+/// crate's launch plan picks one per batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SearchKernel {
+    /// `wave_search`: 3 blocks a multiprocessor (80 of 255 registers, so
+    /// three blocks of typical shared memory, ~60 KB, share one).
+    Wide,
+    /// `wave_search_spilled`: the wide build with the large per-query arrays
+    /// in global scratch, for batches past a block's shared memory.
+    Spilled,
+    /// `wave_search_dense`: 4 blocks (64 registers a thread).
+    Dense,
+    /// `wave_search_narrow`: 128 threads, 8 blocks (64 registers).
+    Narrow,
+    /// `wave_search_latency`: 1,024 threads, one block a multiprocessor
+    /// (64 registers).
+    Latency,
+}
+
+impl SearchKernel {
+    /// Every build, in the order the device loads them (`kernel as usize`).
+    pub const ALL: [SearchKernel; 5] = [
+        SearchKernel::Wide,
+        SearchKernel::Spilled,
+        SearchKernel::Dense,
+        SearchKernel::Narrow,
+        SearchKernel::Latency,
+    ];
+
+    /// The kernel's entry in the module.
+    pub const fn entry(self) -> &'static str {
+        match self {
+            SearchKernel::Wide => "wave_search",
+            SearchKernel::Spilled => "wave_search_spilled",
+            SearchKernel::Dense => "wave_search_dense",
+            SearchKernel::Narrow => "wave_search_narrow",
+            SearchKernel::Latency => "wave_search_latency",
+        }
+    }
+
+    /// Threads per block it was compiled for.
+    pub const fn threads(self) -> u32 {
+        match self {
+            SearchKernel::Wide | SearchKernel::Spilled | SearchKernel::Dense => BLOCK_THREADS,
+            SearchKernel::Narrow => NARROW_BLOCK_THREADS,
+            SearchKernel::Latency => LATENCY_BLOCK_THREADS,
+        }
+    }
+
+    /// Blocks per multiprocessor of its launch bounds.
+    pub const fn blocks_per_sm(self) -> u32 {
+        match self {
+            SearchKernel::Wide | SearchKernel::Spilled => 3,
+            SearchKernel::Dense => 4,
+            SearchKernel::Narrow => 8,
+            SearchKernel::Latency => 1,
+        }
+    }
+}
 
 /// An [`IndexView`] and its copy in device memory (what kernels receive).
 pub struct DeviceIndexView {

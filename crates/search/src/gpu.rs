@@ -4,18 +4,19 @@
 //! buffer per section, reached by the kernels through the per-part pointer
 //! table `IndexView`; `gpu/device_index.rs`) and searches batches
 //! (`gpu/pipeline.rs`, two in flight; `gpu/batch.rs`, one batch's buffers
-//! and launches):
+//! and launches). Every launch decision of a batch is made in one place,
+//! `gpu/launch_plan.rs` (`GpuLaunchPlan`: products, fragment lookup, sizes,
+//! spill, build of `wave_search`):
 //!
 //! 1. queries to the device (stored space: normalised or augmented on the host,
 //!    exactly as the CPU backend does);
 //! 2. one CUDA graph per batch shape, captured at first use and replayed:
 //!    cuBLAS projects the batch (principal coordinates and all copies, in one
-//!    product or two: `gpu/device_index.rs`, `Projection`); for batches of
-//!    more queries than multiprocessors, `query_fragments` finds every
-//!    query's fragment in every copy (one pass per spacing, finest first);
-//!    then `wave_search` runs each query's first round (finding the
-//!    fragments itself in small batches), `W` waves and exact rerank in one
-//!    block, with no host synchronisation inside;
+//!    product or two); for batches of more queries than multiprocessors,
+//!    `query_fragments` finds every query's fragment in every copy (one pass
+//!    per spacing, finest first); then `wave_search` runs each query's first
+//!    round (finding the fragments itself in small batches), `W` waves and
+//!    exact rerank in one block, with no host synchronisation inside;
 //! 3. ids and distances back to the host.
 //!
 //! Batches larger than [`GpuOptions::max_batch`] are split. Without a driver,
@@ -25,31 +26,31 @@
 //!
 //! A query goes one way down: [`GpuSearcher::search`] → `search_inner` (the
 //! checks and the [`SearchPlan`]) → `search_pipelined` (stored-space
-//! preparation, upload) → `batch::capture` (once per batch shape) →
-//! `batch::launch_batch` → `Gpu::query_fragments` and `Gpu::wave_search` in
-//! `octex-kernels`, which launch the kernels.
+//! preparation, upload, `bind_batch` with the batch's launch plan) →
+//! `batch::launch_batch` (directly, or captured once per batch shape by
+//! `batch::capture`) → `batch::search_launches` → `Gpu::wave_search` in
+//! `octex-kernels`, which launches the build the plan chose.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use octex_kernels::driver::{CudaGraph, CudaStream, DriverError};
 use octex_kernels::layout::{BatchView, SearchSmem};
+use octex_kernels::Gpu;
 pub use octex_kernels::GpuError;
-use octex_kernels::{Gpu, SearchKernel};
 
-use crate::{
-    GpuOptions, GpuTuning, Index, SearchError, SearchKernelChoice, SearchParams, SearchPlan,
-    SearchResults,
-};
+use crate::{GpuOptions, GpuTuning, Index, SearchError, SearchParams, SearchPlan, SearchResults};
 
 mod batch;
 mod device_index;
+mod launch_plan;
 #[cfg(test)]
 mod launch_table;
 mod pipeline;
 mod profile;
-use batch::batch_view;
+use batch::bind;
 use device_index::DeviceIndex;
+use launch_plan::GpuLaunchPlan;
 use pipeline::Slot;
 
 /// Device time of the phases of one batch (CUDA events), in milliseconds.
@@ -126,17 +127,8 @@ impl Index {
     /// Copy this index to GPU `opts.device` and return a searcher for it.
     /// Without a CUDA driver this is `SearchError::Gpu(GpuError::NoDriver)`.
     pub fn gpu(&self, opts: &GpuOptions) -> Result<GpuSearcher, SearchError> {
-        let mut gpu = Gpu::open(opts.device)?;
+        let gpu = Gpu::open(opts.device)?;
         let tuning = opts.tuning;
-        gpu.set_search_overrides(
-            tuning.search_kernel.map(|k| match k {
-                SearchKernelChoice::Wide => SearchKernel::Wide,
-                SearchKernelChoice::Dense => SearchKernel::Dense,
-                SearchKernelChoice::Narrow => SearchKernel::Narrow,
-                SearchKernelChoice::Latency => SearchKernel::Latency,
-            }),
-            !tuning.latency_build_small_batches_only,
-        );
         let t = Instant::now();
         let dev = DeviceIndex::upload(&gpu, self, opts.tf32_projection, &tuning)?;
         let max_batch = opts.max_batch.max(1);
@@ -206,17 +198,43 @@ impl GpuSearcher {
         p: &SearchParams,
     ) -> Result<(usize, usize), SearchError> {
         let plan = SearchPlan::new(self.index.raw.header(), p, k)?;
-        let v = batch_view(
-            &self.dev,
-            &mut self.slots[0].buffers,
-            self.max_batch,
-            self.max_batch,
-            &plan,
-            &self.gpu,
+        let launch = self.launch_plan(self.max_batch, &plan);
+        Ok((launch.smem, launch.sizes.scratch_per_query as usize))
+    }
+
+    /// Every launch decision of a batch of `nq` searched with `plan` on this
+    /// device ([`GpuLaunchPlan`]).
+    fn launch_plan(&self, nq: usize, plan: &SearchPlan) -> GpuLaunchPlan {
+        GpuLaunchPlan::new(
+            &self.dev.view.view,
+            plan,
+            nq,
+            &self.gpu.limits(),
+            &self.dev.projection.shape,
             &self.tuning,
-        )?;
-        let lay = SearchSmem::new(&self.dev.view.view, &v);
-        Ok((lay.total as usize, v.scratch_per_query as usize))
+        )
+    }
+
+    /// The plan of a batch of `nq` bound to slot `slot`'s buffers: the view
+    /// its launches pass, checked against the device's shared memory.
+    fn bind_batch(
+        &mut self,
+        slot: usize,
+        nq: usize,
+        plan: &SearchPlan,
+    ) -> Result<BatchView, SearchError> {
+        let launch = self.launch_plan(nq, plan);
+        let view = BatchView {
+            stop_after: self.stop_after,
+            ..bind(
+                &mut self.slots[slot].buffers,
+                &launch,
+                self.max_batch,
+                &self.gpu,
+            )?
+        };
+        self.shared_memory(&view, &plan.params)?;
+        Ok(view)
     }
 
     /// The shared memory `view`'s blocks need, or why the device cannot give

@@ -3,10 +3,11 @@
 
 use octex_index::RerankView;
 use octex_kernels::driver::{CudaSlice, DeviceRepr};
-use octex_kernels::layout::{fused_pc_cols, IndexView};
+use octex_kernels::layout::IndexView;
 use octex_kernels::{device_address, DeviceIndexView, Gpu, GpuError};
 
-use crate::{GpuTuning, Index, ProjectionChoice, SearchError};
+use super::launch_plan::ProjectionShape;
+use crate::{GpuTuning, Index, SearchError};
 
 /// The index sections in device memory.
 pub(super) struct DeviceIndex {
@@ -16,7 +17,8 @@ pub(super) struct DeviceIndex {
     pub(super) bytes: u64,
 }
 
-/// The matrices that project a batch of queries ([`super::batch::project`]).
+/// The matrices that project a batch of queries ([`super::batch::project`];
+/// which batch takes which is [`ProjectionShape`]'s rule).
 /// Exact `f32` products take the queries as they are and write the principal
 /// coordinates and the projections before their biases, which the search
 /// kernel accounts for (it subtracts `IndexView::basis_bias`;
@@ -28,44 +30,19 @@ pub(super) struct DeviceIndex {
 pub(super) struct Projection {
     /// `[P | 0 | P_c R]`, `dim x (pc_cols + width)`
     /// ([`octex_lattice::CopyMap::fused_projection`]): one product gives both
-    /// the principal coordinates and the projections. Every batch takes it
-    /// when `dim <= m_c`, where it also multiplies the fewest numbers;
-    /// batches of at most [`Projection::fused_max_batch`] queries otherwise.
-    fused: Option<CudaSlice<f32>>,
+    /// the principal coordinates and the projections.
+    pub(super) fused: Option<CudaSlice<f32>>,
     /// `P` (`dim x m`), then `R` (`m_c x width`) on the first `m_c`
     /// coordinates: two products, for larger batches of wide vectors, where
-    /// `P_c R` would multiply `dim / m_c` times as much (a 784-d batch of
-    /// 10,000 at C = 128: 64 against 5 GFLOP).
-    two: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
-    /// The largest batch that takes the fused product.
-    fused_max_batch: usize,
-    /// Columns of the principal coordinates in the fused product's rows:
-    /// `basis_dim` padded by [`octex_kernels::layout::fused_pc_cols`], so
-    /// that the projections after them start 16-byte aligned (or, with
-    /// `GpuTuning::unpadded_principal_columns`, for measurements, `basis_dim`).
-    pc_cols: usize,
+    /// `P_c R` would multiply `dim / m_c` times as much.
+    pub(super) two: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    /// Which batches take which, and the fused rows' layout.
+    pub(super) shape: ProjectionShape,
     /// The data's mean (`dim` values), subtracted from a batch's queries
     /// before TF32 products; `None` with exact products. The products run on
     /// TF32 tensor cores exactly when it is there
     /// ([`crate::GpuOptions::tf32_projection`]).
     pub(super) mean: Option<CudaSlice<f32>>,
-}
-
-/// Multiply-adds the fused product may add to a batch's projection over the
-/// two products: about what one more launch costs (a few microseconds on an
-/// H200). Small batches of wide vectors save the second product's launch.
-const FUSED_EXTRA_MULTIPLY_ADDS: usize = 1 << 26;
-
-/// The largest batch that takes the fused product `[P | P_c R]`: every batch
-/// when `dim <= m_c`; else those for which it multiplies at most
-/// [`FUSED_EXTRA_MULTIPLY_ADDS`] more than the two products (`width (dim -
-/// m_c)` more per query).
-fn fused_max_batch(dim: usize, mc: usize, width: usize) -> usize {
-    if dim <= mc {
-        usize::MAX
-    } else {
-        FUSED_EXTRA_MULTIPLY_ADDS / (width.max(1) * (dim - mc))
-    }
 }
 
 impl Projection {
@@ -76,32 +53,22 @@ impl Projection {
         tf32: bool,
         tuning: &GpuTuning,
     ) -> Result<(Self, usize), GpuError> {
-        let (dim, mc, width) = (map.dim, map.rotation_dim(), map.width());
-        // `ProjectionChoice::Two` keeps wide vectors on two products at every
-        // batch size, `Fused` puts every batch on the fused product (for
-        // measurements: the rule counts multiply-adds, but at batch 10,000
-        // the products are bound by their launches and their output).
-        let fused_max_batch = match tuning.projection {
-            Some(ProjectionChoice::Two) if dim > mc => 0,
-            Some(ProjectionChoice::Fused) => usize::MAX,
-            _ => fused_max_batch(dim, mc, width),
-        };
-        // The principal block padded to a multiple of 4 columns, so the
-        // projections start 16-byte aligned for the fragment lookup.
-        let pc_cols = if tuning.unpadded_principal_columns {
-            map.basis_dim
-        } else {
-            fused_pc_cols(map.basis_dim as u32) as usize
-        };
+        let shape = ProjectionShape::new(
+            map.dim,
+            map.basis_dim,
+            map.rotation_dim(),
+            map.width(),
+            tuning,
+        );
         let mut floats = 0;
-        let fused = if fused_max_batch > 0 {
-            let m = map.fused_projection(pc_cols);
+        let fused = if shape.fused_max_batch > 0 {
+            let m = map.fused_projection(shape.pc_cols as usize);
             floats += m.len();
             Some(gpu.upload(&m)?)
         } else {
             None
         };
-        let two = if fused_max_batch < usize::MAX {
+        let two = if shape.two {
             floats += map.basis.len() + map.rotation.len();
             Some((gpu.upload(&map.basis)?, gpu.upload(&map.rotation)?))
         } else {
@@ -117,49 +84,11 @@ impl Projection {
             Self {
                 fused,
                 two,
-                fused_max_batch,
-                pc_cols,
+                shape,
                 mean,
             },
             floats,
         ))
-    }
-
-    /// The fused matrix, when a batch of `nq` queries takes it.
-    pub(super) fn fused_for(&self, nq: usize) -> Option<&CudaSlice<f32>> {
-        self.fused.as_ref().filter(|_| nq <= self.fused_max_batch)
-    }
-
-    /// `P` and `R`, when a batch of `nq` queries takes two products.
-    pub(super) fn two_for(&self, nq: usize) -> Option<(&CudaSlice<f32>, &CudaSlice<f32>)> {
-        match self.fused_for(nq) {
-            Some(_) => None,
-            None => self.two.as_ref().map(|(p, r)| (p, r)),
-        }
-    }
-
-    /// `f32` values per query of the principal-coordinate rows of a batch of
-    /// `nq` (with the projections after them when fused).
-    pub(super) fn pcs_stride(&self, ix: &IndexView, nq: usize) -> u32 {
-        match self.fused_for(nq) {
-            Some(_) => self.pc_cols as u32 + ix.width,
-            None => ix.basis_dim,
-        }
-    }
-
-    /// Where a fused product's projections start in each row (`f32` values
-    /// after the principal coordinates and their padding).
-    pub(super) fn fused_z_offset(&self) -> u32 {
-        self.pc_cols as u32
-    }
-
-    /// The largest batch that takes the fused product.
-    pub(super) fn fused_max_batch(&self) -> usize {
-        if self.fused.is_some() {
-            self.fused_max_batch
-        } else {
-            0
-        }
     }
 }
 
@@ -308,26 +237,5 @@ impl DeviceIndex {
             view: unsafe { DeviceIndexView::new(gpu, view) }?,
             bytes,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn small_batches_of_wide_vectors_take_the_fused_product() {
-        // Narrow vectors: one product at every batch size.
-        assert_eq!(fused_max_batch(50, 64, 1024), usize::MAX);
-        assert_eq!(fused_max_batch(64, 64, 1024), usize::MAX);
-        // 128-d, C = 32 (width 1,024), m_c = 64: 64 Ki more per query.
-        assert_eq!(fused_max_batch(128, 64, 1024), 1024);
-        // 784-d at C = 128 (width 4,096): batch 10,000 keeps two products.
-        let wide = fused_max_batch(784, 64, 4096);
-        assert!((1..10_000).contains(&wide), "{wide}");
-        // The bound is what the rule says, and one more query is past it.
-        let extra = |nq: usize| nq * 4096 * (784 - 64);
-        assert!(extra(wide) <= FUSED_EXTRA_MULTIPLY_ADDS);
-        assert!(extra(wide + 1) > FUSED_EXTRA_MULTIPLY_ADDS);
     }
 }

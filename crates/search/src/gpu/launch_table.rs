@@ -1,13 +1,18 @@
-//! The launch-plan table test: every launch decision for every shape of a
-//! grid of devices, indexes, batch sizes, search parameters and tuning
-//! overrides, digested per group and checked against
-//! `launch_table.txt`. The table was made by the launch rules as they were
-//! before one plan held them (commit c156ba9, transcribed as pure functions
-//! in `rules`), so a change of any launch shows here without a device.
-//! `OCTEX_UPDATE_LAUNCH_TABLE=1` rewrites the table.
+//! The launch-plan table test: every decision of [`GpuLaunchPlan`] for
+//! every shape of a grid of devices, indexes, batch sizes, search
+//! parameters (a superset of the bench grids) and tuning overrides,
+//! digested per group and checked against `launch_table.txt`, so a change
+//! of any launch shows here without a device. The table was made by the
+//! launch rules as they were before the plan held them (their pure
+//! transcription is this file at the commit that added the table).
+//! `OCTEX_UPDATE_LAUNCH_TABLE=1` rewrites it, for a change of the rules
+//! made on purpose.
 
 use octex_index::{IndexHeader, Metric, VectorDtype};
 use octex_kernels::layout::IndexView;
+use octex_kernels::DeviceLimits;
+
+use super::launch_plan::{FragmentLookup, GpuLaunchPlan, Products, ProjectionShape};
 
 use crate::{
     FragmentLookupChoice, GpuTuning, ProjectionChoice, SearchKernelChoice, SearchParams, SearchPlan,
@@ -424,311 +429,52 @@ pub(super) fn table(
     lines
 }
 
-/// The launch rules before the plan (commit c156ba9: `batch_view`,
-/// `FragmentLookup::for_batch` and `visited_slots_per_entry` of
-/// `search/gpu/batch.rs`, `Gpu::wave_search`'s choice of build and
-/// `Gpu::wide_search_blocks` of the kernels crate, `Projection`'s choice
-/// of products), with the device's attributes passed in.
-mod rules {
-    use super::{Device, Launch, Shape};
-    use crate::{
-        FragmentLookupChoice, GpuTuning, ProjectionChoice, SearchKernelChoice, SearchPlan,
+/// The launches [`GpuLaunchPlan`] plans for one batch.
+fn planned(
+    device: &Device,
+    shape: &Shape,
+    tuning: &GpuTuning,
+    plan: &SearchPlan,
+    nq: usize,
+) -> Launch {
+    let limits = DeviceLimits {
+        multiprocessors: device.multiprocessors,
+        max_block_smem: device.max_block_smem,
+        smem_per_sm: device.smem_per_sm,
+        smem_reserved: device.smem_reserved,
     };
-    use octex_kernels::layout::{
-        fused_pc_cols, BatchView, FragmentLookupLayout, IndexView, SearchSmem, BLOCK_THREADS,
-        LATENCY_BLOCK_THREADS, MAX_HASH_SLOTS, MAX_LOOKUP_SPACINGS, MAX_SPILL_HASH_SLOTS,
-        NARROW_BLOCK_THREADS,
-    };
-
-    const SEARCH_BLOCKS_PER_SM: u32 = 3;
-    const DENSE_SEARCH_BLOCKS_PER_SM: u32 = 4;
-    const NARROW_SEARCH_BLOCKS_PER_SM: u32 = 8;
-    const LATENCY_SEARCH_BLOCKS_PER_SM: u32 = 1;
-    const LATENCY_MIN_ROUND_IDS: u32 = 2048;
-    const VISITED_SLOT_STEP: u32 = 32;
-    const SPARE_SMEM_SLOTS_PER_ENTRY: f32 = 4.0;
-    const FUSED_EXTRA_MULTIPLY_ADDS: usize = 1 << 26;
-
-    #[derive(Clone, Copy, PartialEq)]
-    enum SearchKernel {
-        Wide,
-        Dense,
-        Narrow,
-        Latency,
-    }
-
-    struct Gpu {
-        max_smem: usize,
-        dense_max_smem: usize,
-        narrow_max_smem: usize,
-        narrow_min_batch: u32,
-        latency_max_batch: u32,
-        one_block_latency: bool,
-        smem_per_sm: usize,
-        smem_reserved: usize,
-        multiprocessors: u32,
-        forced_search_kernel: Option<SearchKernel>,
-    }
-
-    impl Gpu {
-        fn open(d: &Device, tuning: &GpuTuning) -> Self {
-            let fitting =
-                |blocks: u32| (d.smem_per_sm / blocks as usize).saturating_sub(d.smem_reserved);
-            Gpu {
-                max_smem: d.max_block_smem,
-                dense_max_smem: fitting(DENSE_SEARCH_BLOCKS_PER_SM),
-                narrow_max_smem: fitting(NARROW_SEARCH_BLOCKS_PER_SM),
-                narrow_min_batch: d.multiprocessors * NARROW_SEARCH_BLOCKS_PER_SM,
-                latency_max_batch: d.multiprocessors * LATENCY_SEARCH_BLOCKS_PER_SM,
-                one_block_latency: !tuning.latency_build_small_batches_only,
-                smem_per_sm: d.smem_per_sm,
-                smem_reserved: d.smem_reserved,
-                multiprocessors: d.multiprocessors,
-                forced_search_kernel: tuning.search_kernel.map(|k| match k {
-                    SearchKernelChoice::Wide => SearchKernel::Wide,
-                    SearchKernelChoice::Dense => SearchKernel::Dense,
-                    SearchKernelChoice::Narrow => SearchKernel::Narrow,
-                    SearchKernelChoice::Latency => SearchKernel::Latency,
-                }),
-            }
-        }
-
-        fn wide_search_blocks(&self, smem: usize) -> Option<u32> {
-            if smem <= self.dense_max_smem {
-                return None;
-            }
-            if smem > self.max_smem {
-                return Some(0);
-            }
-            let fit = self.smem_per_sm / (smem + self.smem_reserved);
-            Some((fit as u32).min(SEARCH_BLOCKS_PER_SM))
-        }
-
-        fn wave_search(&self, index: &IndexView, batch: &BatchView) -> (&'static str, u32) {
-            let smem = SearchSmem::new(index, batch).total as usize;
-            if batch.scratch_per_query > 0 {
-                return ("wave_search_spilled", BLOCK_THREADS);
-            }
-            let nq = batch.nq;
-            let round_ids = SearchSmem::fresh_len(index, batch);
-            let one_block = nq <= self.latency_max_batch
-                || (self.one_block_latency && self.wide_search_blocks(smem) == Some(1));
-            let fitting = if one_block && round_ids >= LATENCY_MIN_ROUND_IDS {
-                SearchKernel::Latency
-            } else if smem <= self.narrow_max_smem && nq >= self.narrow_min_batch {
-                SearchKernel::Narrow
-            } else if smem <= self.dense_max_smem {
-                SearchKernel::Dense
-            } else {
-                SearchKernel::Wide
-            };
-            let chosen = match self.forced_search_kernel.unwrap_or(fitting) {
-                SearchKernel::Dense | SearchKernel::Narrow
-                    if !batch.hash_slots.is_power_of_two() =>
-                {
-                    SearchKernel::Wide
-                }
-                k => k,
-            };
-            match chosen {
-                SearchKernel::Wide => ("wave_search", BLOCK_THREADS),
-                SearchKernel::Dense => ("wave_search_dense", BLOCK_THREADS),
-                SearchKernel::Narrow => ("wave_search_narrow", NARROW_BLOCK_THREADS),
-                SearchKernel::Latency => ("wave_search_latency", LATENCY_BLOCK_THREADS),
-            }
-        }
-    }
-
-    struct Projection {
-        fused: bool,
-        two: bool,
-        fused_max_batch: usize,
-        pc_cols: usize,
-    }
-
-    impl Projection {
-        fn upload(shape: &Shape, tuning: &GpuTuning) -> Self {
-            let (dim, mc) = (shape.dim as usize, shape.rotation_dim as usize);
-            let width = (shape.copies * 8 * shape.blocks) as usize;
-            let fused_max_batch = match tuning.projection {
-                Some(ProjectionChoice::Two) if dim > mc => 0,
-                Some(ProjectionChoice::Fused) => usize::MAX,
-                _ => {
-                    if dim <= mc {
-                        usize::MAX
-                    } else {
-                        FUSED_EXTRA_MULTIPLY_ADDS / (width.max(1) * (dim - mc))
-                    }
-                }
-            };
-            let pc_cols = if tuning.unpadded_principal_columns {
-                shape.basis_dim as usize
-            } else {
-                fused_pc_cols(shape.basis_dim) as usize
-            };
-            Projection {
-                fused: fused_max_batch > 0,
-                two: fused_max_batch < usize::MAX,
-                fused_max_batch,
-                pc_cols,
-            }
-        }
-        fn fused_for(&self, nq: usize) -> bool {
-            self.fused && nq <= self.fused_max_batch
-        }
-        fn two_for(&self, nq: usize) -> bool {
-            !self.fused_for(nq) && self.two
-        }
-        fn pcs_stride(&self, ix: &IndexView, nq: usize) -> u32 {
-            if self.fused_for(nq) {
-                self.pc_cols as u32 + ix.width
-            } else {
-                ix.basis_dim
-            }
-        }
-    }
-
-    #[derive(Clone, Copy, PartialEq)]
-    enum Rounding {
-        PowerOfTwo,
-        Step,
-    }
-
-    fn visited_slots(entries: u32, per_entry: f32, max: u32, rounding: Rounding) -> u32 {
-        let want = (entries as f64 * per_entry as f64).ceil().min(max as f64) as u32;
-        let want = want.max(64);
-        match rounding {
-            Rounding::PowerOfTwo => want.next_power_of_two().min(max),
-            Rounding::Step => want.next_multiple_of(VISITED_SLOT_STEP).min(max),
-        }
-    }
-
-    fn lookup_words(nq: usize, copies: u32) -> Option<usize> {
-        let items = u32::try_from(nq).ok()?.checked_mul(copies)?;
-        items.checked_mul(3)?.checked_add(MAX_LOOKUP_SPACINGS)?;
-        Some(FragmentLookupLayout::new(nq as u32, copies).words as usize)
-    }
-
-    fn lookup_kernel(
-        nq: usize,
-        index: &IndexView,
-        gpu: &Gpu,
-        forced: Option<FragmentLookupChoice>,
-    ) -> bool {
-        if !FragmentLookupLayout::takes(index.spacings, 8 * index.blocks)
-            || lookup_words(nq, index.copies).is_none()
-        {
-            return false;
-        }
-        match forced {
-            Some(FragmentLookupChoice::InSearch) => false,
-            Some(FragmentLookupChoice::OwnKernel) => true,
-            None => nq > gpu.multiprocessors as usize,
-        }
-    }
-
-    pub(super) fn launch(
-        device: &Device,
-        shape: &Shape,
-        tuning: &GpuTuning,
-        plan: &SearchPlan,
-        nq: usize,
-    ) -> Launch {
-        let s = Gpu::open(device, tuning);
-        let projection = Projection::upload(shape, tuning);
-        let ix = &shape.view();
-        let (p, k) = (&plan.params, plan.k);
-        let r = plan.read_depth as u32;
-        let (start_points, waves, row_len) = (p.start_points as u32, p.waves as u32, ix.row_len);
-        let keep = plan.keep as u32;
-        let first = SearchSmem::first_round_ids(ix, r, start_points);
-        let buf_len = first.max(keep + start_points * row_len);
-        let entries = ix.copies * r + ix.n_seeds + waves * start_points * row_len;
-        let slots = |per_entry: f32| {
-            visited_slots(entries, per_entry, MAX_HASH_SLOTS, Rounding::PowerOfTwo)
-        };
-        let per_entry =
-            tuning
-                .visited_slots_per_entry
-                .unwrap_or(if nq <= s.multiprocessors as usize {
-                    SPARE_SMEM_SLOTS_PER_ENTRY
-                } else {
-                    1.0
-                });
-        let two_products = projection.two_for(nq);
-        let pcs_stride = projection.pcs_stride(ix, nq);
-        let lookup = lookup_kernel(nq, ix, &s, tuning.fragment_lookup);
-        let mut view = BatchView {
-            pcs_stride,
-            z_stride: if two_products { ix.width } else { pcs_stride },
-            frag_hits: lookup as u64,
-            nq: nq as u32,
-            k: k as u32,
-            read_depth: r,
-            start_points,
-            waves,
-            rerank: p.rerank as u32,
-            keep,
-            hash_slots: slots(per_entry),
-            buf_len,
-            rerank_len: if p.wave_rerank {
-                keep + p.rerank as u32
-            } else {
-                p.rerank as u32
-            },
-            wave_rerank: p.wave_rerank as u32,
-            ..BatchView::default()
-        };
-        let smem = |v: &BatchView| SearchSmem::new(ix, v).total as usize;
-        let mut one_slot_per_entry = per_entry == 1.0;
-        if per_entry > 1.0 && smem(&view) > s.max_smem {
-            view.hash_slots = slots(1.0);
-            one_slot_per_entry = true;
-        }
-        if one_slot_per_entry {
-            let tight = BatchView {
-                hash_slots: visited_slots(entries, 1.0, MAX_HASH_SLOTS, Rounding::Step),
-                ..view
-            };
-            if let (Some(before), Some(after)) = (
-                s.wide_search_blocks(smem(&view)),
-                s.wide_search_blocks(smem(&tight)),
-            ) {
-                if before <= 1 && after > before {
-                    view = tight;
-                }
-            }
-        }
-        if smem(&view) > s.max_smem {
-            view.hash_slots = visited_slots(entries, 1.0, MAX_SPILL_HASH_SLOTS, Rounding::Step);
-            view.scratch_per_query = 1;
-            view.scratch_per_query = SearchSmem::new(ix, &view).large;
-        }
-        let (entry, threads) = s.wave_search(ix, &view);
-        Launch {
-            entry,
-            threads,
-            smem: smem(&view) as u32,
-            hash_slots: view.hash_slots,
-            buf_len: view.buf_len,
-            rerank_len: view.rerank_len,
-            scratch_per_query: view.scratch_per_query,
-            lookup_kernel: lookup,
-            fused: !two_products,
-            pcs_stride: view.pcs_stride,
-            z_stride: view.z_stride,
-            z_offset: if two_products {
-                0
-            } else {
-                projection.pc_cols as u32
-            },
-        }
+    let index = shape.view();
+    let width = (shape.copies * 8 * shape.blocks) as usize;
+    let projection = ProjectionShape::new(
+        shape.dim as usize,
+        shape.basis_dim as usize,
+        shape.rotation_dim as usize,
+        width,
+        tuning,
+    );
+    let p = GpuLaunchPlan::new(&index, plan, nq, &limits, &projection, tuning);
+    Launch {
+        entry: p.kernel.entry(),
+        threads: p.kernel.threads(),
+        smem: p.smem as u32,
+        hash_slots: p.sizes.hash_slots,
+        buf_len: p.sizes.buf_len,
+        rerank_len: p.sizes.rerank_len,
+        scratch_per_query: p.sizes.scratch_per_query,
+        lookup_kernel: p.lookup == FragmentLookup::OwnKernel,
+        fused: matches!(p.products, Products::Fused { .. }),
+        pcs_stride: p.sizes.pcs_stride,
+        z_stride: p.sizes.z_stride,
+        z_offset: match p.products {
+            Products::Fused { z_offset } => z_offset,
+            Products::Two => 0,
+        },
     }
 }
 
 #[test]
-fn launch_table_is_the_rules_before_the_plan() {
-    let lines = table(&rules::launch);
+fn the_plan_launches_what_the_table_says() {
+    let lines = table(&planned);
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu/launch_table.txt");
     let text = lines.join("\n") + "\n";
     if std::env::var_os("OCTEX_UPDATE_LAUNCH_TABLE").is_some() {

@@ -7,12 +7,12 @@
 use octex_kernels::driver::CudaEvent;
 use octex_kernels::{GpuError, PinnedBuf};
 
-use super::batch::{batch_view, capture, launch_batch, BatchBuffers};
+use super::batch::{capture, launch_batch, BatchBuffers};
 use super::device_index::DeviceIndex;
 use super::{GpuSearcher, MAX_GRAPHS};
 use crate::{SearchError, SearchPlan, SearchStats};
 use octex_kernels::layout::{
-    BatchView, STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES,
+    STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES,
     STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES, STAT_SLOTS,
 };
 
@@ -116,19 +116,7 @@ impl GpuSearcher {
                 // The slot's previous batch must be done before its buffers
                 // are reused.
                 self.slots[s].finish(index, k, ids, dists, &mut stats)?;
-                let view = BatchView {
-                    stop_after: self.stop_after,
-                    ..batch_view(
-                        &self.dev,
-                        &mut self.slots[s].buffers,
-                        n,
-                        self.max_batch,
-                        plan,
-                        &self.gpu,
-                        &self.tuning,
-                    )?
-                };
-                self.shared_memory(&view, &plan.params)?;
+                let view = self.bind_batch(s, n, plan)?;
                 // Stored-space queries straight into page-locked memory, on all
                 // cores (host preparation bounds the end-to-end rate of wide
                 // queries: 31 MB per batch of Fashion-MNIST).

@@ -5,12 +5,12 @@
 
 use octex_kernels::driver::CudaEvent;
 use octex_kernels::layout::{
-    BatchView, STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES,
+    STAT_COPIES_WITHOUT_FRAGMENT, STAT_EXACT_DISTANCES, STAT_FIRST_ROUND_ENTRIES,
     STAT_SEEDED_QUERIES, STAT_SKETCH_DISTANCES, STAT_SLOTS,
 };
 use octex_kernels::GpuError;
 
-use super::batch::{batch_view, project, search_launches};
+use super::batch::{project, search_launches};
 use super::{GpuPhaseTimes, GpuSearcher};
 use crate::{SearchError, SearchParams, SearchPlan, SearchResults, SearchStats};
 
@@ -137,22 +137,10 @@ impl GpuSearcher {
         out_dists: &mut [f32],
         times: &mut GpuPhaseTimes,
     ) -> Result<SearchStats, SearchError> {
-        let (k, p) = (plan.k, &plan.params);
+        let k = plan.k;
         self.ensure_k(k)?;
         self.last_slot = 0;
-        let view = BatchView {
-            stop_after: self.stop_after,
-            ..batch_view(
-                &self.dev,
-                &mut self.slots[0].buffers,
-                nq,
-                self.max_batch,
-                plan,
-                &self.gpu,
-                &self.tuning,
-            )?
-        };
-        self.shared_memory(&view, p)?;
+        let view = self.bind_batch(0, nq, plan)?;
         let st = self.gpu.stream().clone();
         let e: [CudaEvent; 5] = [
             self.gpu.event(true)?,

@@ -233,7 +233,7 @@ pub fn machine() -> Value {
 
 /// The Python environment of the peers: `.venv` at the workspace root, made and
 /// filled with pip on first use.
-fn peer_python() -> Result<PathBuf> {
+pub fn peer_python() -> Result<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("."))

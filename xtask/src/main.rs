@@ -16,6 +16,7 @@ mod data;
 mod demo;
 mod families;
 mod fetch;
+mod filter_bench;
 mod gpu_bench;
 mod kernel_report;
 mod passages;
@@ -104,6 +105,9 @@ enum Cmd {
     Search(search_cmd::SearchArgs),
     /// Sweep search parameters (and peers with --peers); results.json + pareto.png.
     Bench(bench::BenchArgs),
+    /// Filtered search at 50%, 10%, 1% and 0.1% of the ids allowed, against
+    /// the exact filtered answer (and hnswlib's and Faiss's with --peers).
+    BenchFilter(filter_bench::FilterBenchArgs),
     /// Score compressed codes (octex's int8 sketch, 4-bit, RaBitQ) by how
     /// well they rank a data set, against its ground truth.
     Codes(codes::CodesArgs),
@@ -197,6 +201,7 @@ fn main() -> Result<()> {
         ),
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
+        Cmd::BenchFilter(args) => filter_bench::run(args, &root),
         Cmd::Codes(args) => codes::run(args, &root),
         Cmd::KernelReport(args) => kernel_report::run(args),
         Cmd::Plot { results, out } => bench::replot(&results, &out),

@@ -5,9 +5,11 @@
 
 use rayon::prelude::*;
 
+use crate::filter::FilteredPlan;
 use crate::index::QUERY_CHUNK;
 use crate::{
-    engine, Index, Queries, SearchError, SearchParams, SearchPlan, SearchResults, SearchStats,
+    engine, IdFilter, Index, Queries, SearchError, SearchParams, SearchPlan, SearchResults,
+    SearchStats,
 };
 
 impl Index {
@@ -32,7 +34,28 @@ impl Index {
         k: usize,
         p: &SearchParams,
     ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, false)
+        self.search_batch(queries, k, p, false, None)
+    }
+
+    /// [`Index::search`] returning only ids `filter` allows (the rest of the
+    /// `k` padded with `PAD_ID` and infinite distances when fewer are
+    /// allowed). Where the allowed ids are few the batch scans them exactly
+    /// instead ([`crate::filter`]). [`SearchError::FilterLength`] when the
+    /// filter does not cover the index's ids.
+    pub fn search_filtered(
+        &self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        filter: &IdFilter,
+    ) -> Result<SearchResults, SearchError> {
+        if filter.len() != self.len() {
+            return Err(SearchError::FilterLength {
+                got: filter.len(),
+                n: self.len(),
+            });
+        }
+        self.search_batch(queries, k, p, false, Some(filter))
     }
 
     /// Search queries already in the stored space (`nq x stored dim`: normalised
@@ -45,7 +68,7 @@ impl Index {
         k: usize,
         p: &SearchParams,
     ) -> Result<SearchResults, SearchError> {
-        self.search_batch(queries, k, p, true)
+        self.search_batch(queries, k, p, true, None)
     }
 
     fn search_batch(
@@ -54,6 +77,7 @@ impl Index {
         k: usize,
         p: &SearchParams,
         stored_space: bool,
+        filter: Option<&IdFilter>,
     ) -> Result<SearchResults, SearchError> {
         let qdim = if stored_space {
             self.raw.stored_dim()
@@ -62,6 +86,7 @@ impl Index {
         };
         let nq = self.check(queries, k, p, qdim)?;
         let plan = SearchPlan::new(self.raw.header(), p, k)?;
+        let filtered = filter.map(|f| (f, self.filtered_plan(&plan, f)));
         let sdim = self.raw.stored_dim();
         let width = self.engine.map.width();
         let w = self.engine.sketch_width;
@@ -91,21 +116,41 @@ impl Index {
                         norms,
                         stored_space,
                     )?;
-                    z.resize(qn * width, 0.0);
-                    self.engine.map.project_batch(stored, pcs, z, false);
-                    self.engine.sketch_queries(&self.raw, pcs, qs);
                     scratch.stats = SearchStats::default();
+                    let scan = matches!(filtered, Some((_, FilteredPlan::Scan)));
+                    if !scan {
+                        z.resize(qn * width, 0.0);
+                        self.engine.map.project_batch(stored, pcs, z, false);
+                        self.engine.sketch_queries(&self.raw, pcs, qs);
+                    }
                     for i in 0..qn {
-                        self.engine.search_projected(
-                            &self.raw,
-                            &z[i * width..(i + 1) * width],
-                            qs.get(i, w),
-                            &stored[i * sdim..(i + 1) * sdim],
-                            &plan,
-                            scratch,
+                        let (ids, ds) = (
                             &mut id_out[i * k..(i + 1) * k],
                             &mut d_out[i * k..(i + 1) * k],
                         );
+                        let q = &stored[i * sdim..(i + 1) * sdim];
+                        match filtered {
+                            Some((f, FilteredPlan::Scan)) => {
+                                self.engine.scan(&self.raw, q, f, scratch, ids, ds)
+                            }
+                            _ => self.engine.search_projected(
+                                &self.raw,
+                                &z[i * width..(i + 1) * width],
+                                qs.get(i, w),
+                                q,
+                                &plan,
+                                filtered.map(|(ids, fp)| engine::Filtered {
+                                    ids,
+                                    max_waves: match fp {
+                                        FilteredPlan::Search { max_waves } => max_waves,
+                                        FilteredPlan::Scan => p.waves,
+                                    },
+                                }),
+                                scratch,
+                                ids,
+                                ds,
+                            ),
+                        }
                         if !stored_space {
                             for d in &mut d_out[i * k..(i + 1) * k] {
                                 *d = self.report_distance(*d, norms[i]);
@@ -126,6 +171,24 @@ impl Index {
             distances: dists,
             stats,
         })
+    }
+
+    /// How a batch of `plan` with `filter` is searched.
+    fn filtered_plan(&self, plan: &SearchPlan, filter: &IdFilter) -> FilteredPlan {
+        let h = self.raw.header();
+        let vector_bytes = match self.raw.vectors() {
+            octex_index::RerankView::F32(_) => 4,
+            octex_index::RerankView::F16(_) => 2,
+        } * self.raw.stored_dim();
+        FilteredPlan::new(
+            plan,
+            self.len(),
+            filter.count(),
+            vector_bytes,
+            self.engine.sketch_width,
+            h.row_len as usize,
+            h.copies as usize,
+        )
     }
 
     /// Search one query (single-query latency path; runs on the calling thread).
@@ -196,6 +259,7 @@ impl SingleQuerySearcher<'_> {
             self.qs.get(0, ix.engine.sketch_width),
             &self.stored,
             &plan,
+            None,
             &mut self.scratch,
             &mut ids,
             &mut d,

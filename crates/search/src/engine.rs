@@ -28,6 +28,7 @@ use octex_lattice::CopyMap;
 use rayon::prelude::*;
 
 use crate::decode::DecodeFn;
+use crate::filter::IdFilter;
 use crate::plan::SearchPlan;
 use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
@@ -67,6 +68,10 @@ pub struct SearchStats {
     /// Queries whose first round found fewer than `S` ids and took the fallback
     /// entry points.
     pub seeded_queries: u64,
+    /// Filtered queries answered by an exact scan of the allowed ids.
+    pub scanned_queries: u64,
+    /// Waves past `W` that filtered queries ran to fill their answer lists.
+    pub extra_waves: u64,
 }
 
 impl SearchStats {
@@ -77,6 +82,8 @@ impl SearchStats {
         self.sketch_distances += o.sketch_distances;
         self.exact_distances += o.exact_distances;
         self.seeded_queries += o.seeded_queries;
+        self.scanned_queries += o.scanned_queries;
+        self.extra_waves += o.extra_waves;
         for (a, b) in self.spacing_hits.iter_mut().zip(o.spacing_hits) {
             *a += b;
         }
@@ -102,6 +109,14 @@ pub(crate) struct Engine {
     pub seeds: Vec<u32>,
     /// The first round's decoder ([`crate::decode`]).
     pub decode: DecodeFn,
+}
+
+/// A filter as one query's search reads it ([`Engine::search_projected`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Filtered<'a> {
+    pub ids: &'a IdFilter,
+    /// Most waves the search may run to fill its answer list.
+    pub max_waves: usize,
 }
 
 /// One query's sketch code ([`octex_core::sketch`]).
@@ -211,6 +226,33 @@ const PREFETCH_AHEAD: usize = 32;
 /// (pays for vectors of several cache lines at `R` >= 64).
 const RERANK_PREFETCH_AHEAD: usize = 4;
 
+/// Merge `cand` into `best` (sorted by distance), keeping `m` entries;
+/// `cand` is consumed, `merged` is scratch.
+fn merge_into(best: &mut Vec<Cand>, cand: &mut Vec<Cand>, merged: &mut Vec<Cand>, m: usize) {
+    if best.len() == m {
+        let worst = best[m - 1].d;
+        cand.retain(|c| c.d < worst);
+    }
+    if cand.len() > m {
+        cand.select_nth_unstable_by(m, |a, b| a.d.total_cmp(&b.d));
+        cand.truncate(m);
+    }
+    cand.sort_unstable_by(|a, b| a.d.total_cmp(&b.d));
+    merged.clear();
+    let (mut i, mut j) = (0, 0);
+    while merged.len() < m && (i < best.len() || j < cand.len()) {
+        let take_best = j == cand.len() || (i < best.len() && best[i].d <= cand[j].d);
+        if take_best {
+            merged.push(best[i]);
+            i += 1;
+        } else {
+            merged.push(cand[j]);
+            j += 1;
+        }
+    }
+    std::mem::swap(best, merged);
+}
+
 /// Per-thread reusable buffers.
 pub(crate) struct Scratch {
     visited: VisitedSet,
@@ -222,6 +264,10 @@ pub(crate) struct Scratch {
     exact: Vec<(f32, u32)>,
     ranked: Vec<Ranked>,
     ranked_new: Vec<Ranked>,
+    /// A filtered search's answer list: the best allowed entries by sketch
+    /// ([`crate::filter`]), and a round's allowed candidates.
+    answer: Vec<Cand>,
+    allowed: Vec<Cand>,
     coords: [i32; 64],
     /// First round: copies still looking for a stored fragment, their keys, and
     /// the ripple offsets found.
@@ -250,6 +296,8 @@ impl Scratch {
             exact: Vec::new(),
             ranked: Vec::new(),
             ranked_new: Vec::new(),
+            answer: Vec::new(),
+            allowed: Vec::new(),
             coords: [0; 64],
             pending: Vec::with_capacity(engine.map.copies),
             still: Vec::with_capacity(engine.map.copies),
@@ -358,28 +406,16 @@ impl Engine {
     /// Not inlined, for the same reason.
     #[inline(never)]
     fn merge(&self, s: &mut Scratch, m: usize) {
-        if s.best.len() == m {
-            let worst = s.best[m - 1].d;
-            s.cand.retain(|c| c.d < worst);
-        }
-        if s.cand.len() > m {
-            s.cand.select_nth_unstable_by(m, |a, b| a.d.total_cmp(&b.d));
-            s.cand.truncate(m);
-        }
-        s.cand.sort_unstable_by(|a, b| a.d.total_cmp(&b.d));
-        s.merged.clear();
-        let (mut i, mut j) = (0, 0);
-        while s.merged.len() < m && (i < s.best.len() || j < s.cand.len()) {
-            let take_best = j == s.cand.len() || (i < s.best.len() && s.best[i].d <= s.cand[j].d);
-            if take_best {
-                s.merged.push(s.best[i]);
-                i += 1;
-            } else {
-                s.merged.push(s.cand[j]);
-                j += 1;
-            }
-        }
-        std::mem::swap(&mut s.best, &mut s.merged);
+        merge_into(&mut s.best, &mut s.cand, &mut s.merged, m);
+    }
+
+    /// A filtered search: merge the allowed entries of `s.cand` into its
+    /// answer list, keeping `want`.
+    fn merge_answer(&self, s: &mut Scratch, filter: &IdFilter, want: usize) {
+        s.allowed.clear();
+        s.allowed
+            .extend(s.cand.iter().filter(|c| filter.allows(c.id)).copied());
+        merge_into(&mut s.answer, &mut s.allowed, &mut s.merged, want);
     }
 
     /// Exact squared L2 distance of vector `id` to `q` (stored space).
@@ -425,6 +461,46 @@ impl Engine {
         }
     }
 
+    /// The exact `k` nearest of the allowed ids to `q` (stored space), by a
+    /// scan of their vectors; padded with `PAD_ID` / infinity when fewer are
+    /// allowed. `s.exact` is scratch.
+    pub fn scan(
+        &self,
+        index: &Index,
+        q: &[f32],
+        filter: &IdFilter,
+        s: &mut Scratch,
+        out_ids: &mut [u32],
+        out_d: &mut [f32],
+    ) {
+        let k = out_ids.len();
+        s.exact.clear();
+        let mut worst = f32::INFINITY;
+        for id in filter.ids() {
+            let d = self.exact_distance(index, q, id);
+            if d <= worst {
+                s.exact.push((d, id));
+                if s.exact.len() >= 2 * k.max(16) {
+                    s.exact.select_nth_unstable_by(k - 1, |a, b| {
+                        a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+                    });
+                    s.exact.truncate(k);
+                    worst = s.exact[k - 1].0;
+                }
+            }
+        }
+        s.stats.queries += 1;
+        s.stats.scanned_queries += 1;
+        s.stats.exact_distances += filter.count() as u64;
+        s.exact
+            .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for t in 0..k {
+            let (d, id) = s.exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
+            out_ids[t] = id;
+            out_d[t] = d;
+        }
+    }
+
     /// Per-wave rerank: exact distances for the best `R` by sketch that have
     /// none yet, merged into the exact list (sorted by distance, then id; at
     /// most `m` entries).
@@ -457,6 +533,11 @@ impl Engine {
     /// coordinates, `q` the stored-space query (normalised or augmented).
     /// Writes `plan.k` ids and exact squared L2 distances (in the stored
     /// space), padded with `PAD_ID` / infinity when fewer were found.
+    ///
+    /// With `filter`, only its allowed ids are returned: the search routes
+    /// through every id, keeps the best `R` allowed ones by sketch apart, runs
+    /// more waves (up to `filter.max_waves`) until it holds `R` of them, and
+    /// reranks those.
     #[allow(clippy::too_many_arguments)]
     pub fn search_projected(
         &self,
@@ -465,6 +546,7 @@ impl Engine {
         qs: SketchQuery,
         q: &[f32],
         plan: &SearchPlan,
+        filter: Option<Filtered>,
         s: &mut Scratch,
         out_ids: &mut [u32],
         out_d: &mut [f32],
@@ -476,7 +558,9 @@ impl Engine {
         s.visited.clear();
         s.best.clear();
         s.ranked.clear();
+        s.answer.clear();
         s.fresh.clear();
+        let want = p.rerank.max(k);
         s.centre_terms.fill((f32::NAN, 0.0));
         s.stats.queries += 1;
 
@@ -556,12 +640,22 @@ impl Engine {
             }
         }
         self.rank_fresh(index, qs, s);
+        if let Some(f) = filter {
+            self.merge_answer(s, f.ids, want);
+        }
         self.merge(s, m);
 
-        // Waves.
+        // Waves: `W`, and with a filter more until its answer list is full.
         let rows = index.rows();
         let lt = self.row_len;
-        for _ in 0..p.waves {
+        let waves = filter.map_or(p.waves, |f| f.max_waves.max(p.waves));
+        for wave in 0..waves {
+            if wave >= p.waves {
+                if s.answer.len() >= want {
+                    break;
+                }
+                s.stats.extra_waves += 1;
+            }
             s.starts.clear();
             if p.wave_rerank {
                 self.exact_pass(index, q, s, p.rerank, m);
@@ -604,12 +698,37 @@ impl Engine {
                 }
             }
             self.rank_fresh(index, qs, s);
+            if let Some(f) = filter {
+                self.merge_answer(s, f.ids, want);
+            }
             self.merge(s, m);
         }
 
         // Exact rerank of the R best (per-wave mode: of the best R not yet
         // reranked, and the answer comes from every entry reranked).
-        if p.wave_rerank {
+        if let Some(f) = filter {
+            // The answer list reranked, with the allowed entries a per-wave
+            // rerank already has.
+            s.exact.clear();
+            s.exact.extend(
+                s.ranked
+                    .iter()
+                    .filter(|c| f.ids.allows(c.id))
+                    .map(|c| (c.d, c.id)),
+            );
+            let have = s.exact.len();
+            s.fresh.clear();
+            s.fresh.extend(
+                s.answer
+                    .iter()
+                    .map(|c| c.id)
+                    .filter(|id| !s.ranked.iter().any(|r| r.id == *id)),
+            );
+            self.exact_distances(index, q, s.fresh.iter().copied(), &mut s.exact);
+            s.stats.exact_distances += (s.exact.len() - have) as u64;
+            s.exact
+                .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        } else if p.wave_rerank {
             self.exact_pass(index, q, s, p.rerank, m);
             s.exact.clear();
             s.exact.extend(s.ranked.iter().map(|c| (c.d, c.id)));

@@ -47,6 +47,7 @@ mod backend;
 mod cpu;
 mod decode;
 mod engine;
+mod filter;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod handle;
@@ -66,6 +67,7 @@ pub use backend::{
 };
 pub use cpu::SingleQuerySearcher;
 pub use engine::SearchStats;
+pub use filter::IdFilter;
 #[cfg(feature = "gpu")]
 pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
 pub use handle::{ParamsFrom, SharedIndex};
@@ -167,6 +169,10 @@ pub enum SearchError {
     HugeQuery { query: usize, norm2: f64 },
     #[error("k = {k} exceeds the {n} vectors in the index")]
     KAboveCount { k: usize, n: usize },
+    #[error("filter allows id {id}, past the {n} vectors in the index")]
+    FilterId { id: u32, n: usize },
+    #[error("filter covers {got} ids, the index has {n} vectors")]
+    FilterLength { got: usize, n: usize },
     #[error("{what} must be positive")]
     NotPositive { what: &'static str },
     #[error("recall target {target} is not in (0, 1]")]

@@ -83,6 +83,7 @@ impl Slot {
             exact_distances: c[STAT_EXACT_DISTANCES],
             spacing_hits: [0; 8],
             seeded_queries: c[STAT_SEEDED_QUERIES],
+            ..SearchStats::default()
         });
         Ok(())
     }

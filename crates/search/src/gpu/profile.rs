@@ -182,6 +182,7 @@ impl GpuSearcher {
             exact_distances: counters[STAT_EXACT_DISTANCES],
             spacing_hits: [0; 8],
             seeded_queries: counters[STAT_SEEDED_QUERIES],
+            ..SearchStats::default()
         })
     }
 }

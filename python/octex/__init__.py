@@ -42,6 +42,20 @@ def _as_matrix(x, name: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
+def _allowed_ids(filter, n: int) -> np.ndarray:
+    """A filter (allowed ids, or a boolean mask of ``n``) as ``uint32`` ids."""
+    f = np.asarray(filter)
+    if f.dtype == np.bool_:
+        if f.shape != (n,):
+            raise ValueError(f"a boolean filter must have one entry per vector ({n}), got shape {f.shape}")
+        return np.flatnonzero(f).astype(np.uint32)
+    if f.ndim != 1 or (f.size and not np.issubdtype(f.dtype, np.integer)):
+        raise ValueError("filter must be a 1-d array of ids or a boolean mask")
+    if f.size and (f.min() < 0 or f.max() >= n):
+        raise ValueError(f"filter ids must be in [0, {n}), got {f.min()}..{f.max()}")
+    return np.ascontiguousarray(f, dtype=np.uint32)
+
+
 class _Bars:
     """Build progress on stderr: tqdm bars when tqdm is installed, else a line
     per stage at every 10%."""
@@ -135,6 +149,7 @@ class Index:
         recall: Optional[float] = None,
         params: Optional[SearchParams] = None,
         backend: str = "auto",
+        filter=None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest of each query: ``(ids, distances)``, ``(nq, k)``.
 
@@ -142,13 +157,20 @@ class Index:
         of these queries (cached per target and ``k``; warns when the index
         cannot reach it); ``params``: explicit parameters; neither: the
         defaults. ``backend``: ``"auto"`` (the GPU when usable), ``"cpu"``
-        or ``"gpu"`` (a ``RuntimeError`` where there is none)."""
+        or ``"gpu"`` (a ``RuntimeError`` where there is none).
+        ``filter``: only these ids may come back: an array of allowed ids,
+        or a boolean mask of ``len(index)``; fewer than ``k`` allowed pad the
+        rest with ids ``2**32 - 1`` and distances ``inf``. Filtered search
+        runs on the CPU (``backend="gpu"`` raises)."""
         q = _as_matrix(queries, "queries")
         if isinstance(k, bool) or int(k) != k:
             raise ValueError(f"k must be an integer, got {k!r}")
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        return self._inner.search(q, int(k), params=params, recall=recall, backend=backend)
+        allowed = None if filter is None else _allowed_ids(filter, len(self))
+        return self._inner.search(
+            q, int(k), params=params, recall=recall, backend=backend, allowed=allowed
+        )
 
     def __repr__(self) -> str:
         return repr(self._inner)

@@ -35,6 +35,7 @@ class Index:
         params: Optional[SearchParams] = None,
         recall: Optional[float] = None,
         backend: str = "auto",
+        allowed: Optional[npt.NDArray[np.uint32]] = None,
     ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]: ...
 
 def build(

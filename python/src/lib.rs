@@ -15,13 +15,13 @@
 use std::path::PathBuf;
 
 use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use octex_build::{BuildError, BuildParams, Progress};
 use octex_index::{IndexError, Metric, VectorDtype};
-use octex_search::{Backend, Index, ParamsFrom, SearchError, SearchParams, SharedIndex};
+use octex_search::{Backend, IdFilter, Index, ParamsFrom, SearchError, SearchParams, SharedIndex};
 
 fn index_error(e: IndexError) -> PyErr {
     // Every index error comes from a file (or bytes that stand for one).
@@ -31,9 +31,9 @@ fn index_error(e: IndexError) -> PyErr {
 fn search_error(e: SearchError) -> PyErr {
     match e {
         SearchError::Index(e) => index_error(e),
-        e @ (SearchError::BackendUnavailable(_) | SearchError::Gpu(_)) => {
-            PyRuntimeError::new_err(e.to_string())
-        }
+        e @ (SearchError::BackendUnavailable(_)
+        | SearchError::Gpu(_)
+        | SearchError::FilterOnGpu) => PyRuntimeError::new_err(e.to_string()),
         e => PyValueError::new_err(e.to_string()),
     }
 }
@@ -240,9 +240,10 @@ impl PyIndex {
 
     /// Search a `float32` C-contiguous `(nq, dim)` array for the `k` nearest
     /// of each query: `(ids, distances)`, both `(nq, k)`, ids `uint32`
-    /// (missing entries `2**32 - 1`, distances `inf`).
-    #[pyo3(signature = (queries, k=10, params=None, recall=None, backend="auto"))]
-    #[allow(clippy::type_complexity)]
+    /// (missing entries `2**32 - 1`, distances `inf`). `allowed`: the only
+    /// ids that may be returned (`uint32`), for a filtered search.
+    #[pyo3(signature = (queries, k=10, params=None, recall=None, backend="auto", allowed=None))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -251,6 +252,7 @@ impl PyIndex {
         params: Option<PySearchParams>,
         recall: Option<f64>,
         backend: &str,
+        allowed: Option<PyReadonlyArray1<'py, u32>>,
     ) -> PyResult<(Bound<'py, PyArray2<u32>>, Bound<'py, PyArray2<f32>>)> {
         let backend: Backend = parse("backend", backend)?;
         let (nq, dim) = (queries.shape()[0], queries.shape()[1]);
@@ -263,10 +265,25 @@ impl PyIndex {
         if let Some(advice) = advice {
             warn(py, &advice)?;
         }
+        let filter = match &allowed {
+            Some(ids) => {
+                let ids = ids
+                    .as_slice()
+                    .map_err(|_| PyValueError::new_err("allowed ids must be contiguous"))?;
+                Some(
+                    IdFilter::from_ids(self.shared.index().len(), ids.iter().copied())
+                        .map_err(search_error)?,
+                )
+            }
+            None => None,
+        };
         let res = py
             .detach(|| -> Result<_, SearchError> {
                 let batch = octex_search::Queries::new(values, dim)?;
-                self.shared.search(batch, k, &p, backend)
+                match &filter {
+                    Some(f) => self.shared.search_filtered(batch, k, &p, f, backend),
+                    None => self.shared.search(batch, k, &p, backend),
+                }
             })
             .map_err(search_error)?;
         let ids = Array2::from_shape_vec((nq, k), res.ids).expect("nq x k results");

@@ -194,3 +194,27 @@ def test_faiss_drop_in_matches_faiss_conventions(data, metric):
     assert (I[:, 5:] == -1).all() and I.shape == (2, 8)
     with pytest.raises(ValueError, match="shape"):
         index.add(base[:, :10])
+
+
+def test_filtered_search_returns_only_allowed_ids(index, data):
+    base, queries = data
+    n = len(index)
+    rng = np.random.default_rng(5)
+    for share in [0.5, 0.1, 0.01]:
+        allowed = np.sort(rng.choice(n, size=max(int(n * share), 12), replace=False))
+        for f in [allowed, np.isin(np.arange(n), allowed)]:
+            ids, dists = index.search(queries, 10, filter=f)
+            assert np.isin(ids, allowed).all()
+            truth = allowed[exact(base[allowed], queries, 10)]
+            assert recall(ids, truth) >= 0.95
+            assert np.all(np.diff(dists, axis=1) >= 0)
+    few = np.array([3, 7, 11], dtype=np.int64)
+    ids, dists = index.search(queries[:4], 10, filter=few)
+    assert set(ids[:, :3].ravel()) == {3, 7, 11}
+    assert (ids[:, 3:] == 2**32 - 1).all() and np.isinf(dists[:, 3:]).all()
+    with pytest.raises(ValueError):
+        index.search(queries, 10, filter=np.array([n]))
+    with pytest.raises(ValueError):
+        index.search(queries, 10, filter=np.ones(n + 1, dtype=bool))
+    with pytest.raises(ValueError):
+        index.search(queries, 10, filter=np.array([-1]))

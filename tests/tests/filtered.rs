@@ -57,7 +57,19 @@ fn filtered_search_returns_allowed_ids_at_high_recall() {
         &brute_force(base, queries, DIM, k),
         k,
     );
-    for per_mille in [1000, 500, 100, 10, 1] {
+    // A cheap point searches the index where half the ids are allowed (the
+    // defaults read about as many entries as the index holds: they scan).
+    let cheap = SearchParams {
+        read_depth: 8,
+        start_points: 16,
+        waves: 1,
+        rerank: 32,
+        wave_rerank: false,
+    };
+    for (per_mille, p) in [1000, 500, 100, 10, 1]
+        .into_iter()
+        .flat_map(|pm| [(pm, p), (pm, cheap)])
+    {
         let ids = allowed(n, per_mille);
         let filter = IdFilter::from_ids(n, ids.iter().copied()).unwrap();
         let res = index.search_filtered(queries, k, &p, &filter).unwrap();
@@ -69,8 +81,9 @@ fn filtered_search_returns_allowed_ids_at_high_recall() {
         let r = recall(&res.ids, &truth, k);
         let st = res.stats;
         println!(
-            "{per_mille} per mille ({} ids): recall@10 {r:.4}, {} of {} queries scanned, {} extra waves",
+            "{per_mille} per mille ({} ids), S={}: recall@10 {r:.4}, {} of {} queries scanned, {} extra waves",
             ids.len(),
+            p.start_points,
             st.scanned_queries,
             st.queries,
             st.extra_waves

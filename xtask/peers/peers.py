@@ -22,6 +22,16 @@ def read_vecs(path, dtype):
     return np.ascontiguousarray(rows[:, 1:]).view(dtype)
 
 
+def load_inputs(base_path, query_path, metric):
+    """Base and queries as float32, normalised for cosine (the peers' space)."""
+    base = read_vecs(base_path, np.float32)
+    q = read_vecs(query_path, np.float32)
+    if metric == "cosine":
+        base = base / np.linalg.norm(base, axis=1, keepdims=True)
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+    return base, q
+
+
 def peak_rss_mib():
     # VmHWM belongs to this process's address space; ru_maxrss would carry the
     # high-water mark of the forked parent across exec.
@@ -67,12 +77,8 @@ def main():
     ap.add_argument("--systems", default="hnswlib,faiss-hnsw,faiss-ivf,faiss-flat")
     ap.add_argument("--build-only", action="store_true", help="time the builds, skip the sweeps")
     a = ap.parse_args()
-    base = read_vecs(a.base, np.float32)
-    q = read_vecs(a.queries, np.float32)
+    base, q = load_inputs(a.base, a.queries, a.metric)
     gt = read_vecs(a.gt, np.int32)
-    if a.metric == "cosine":
-        base = base / np.linalg.norm(base, axis=1, keepdims=True)
-        q = q / np.linalg.norm(q, axis=1, keepdims=True)
     n, d = base.shape
     nq = q.shape[0]
     k = a.k

@@ -253,6 +253,14 @@ fn merge_into(best: &mut Vec<Cand>, cand: &mut Vec<Cand>, merged: &mut Vec<Cand>
     std::mem::swap(best, merged);
 }
 
+/// The first `out_ids.len()` of `exact` (sorted) as ids and distances,
+/// padded with `PAD_ID` / infinity.
+fn write_answer(exact: &[(f32, u32)], out_ids: &mut [u32], out_d: &mut [f32]) {
+    for (t, (id, d)) in out_ids.iter_mut().zip(out_d.iter_mut()).enumerate() {
+        (*d, *id) = exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
+    }
+}
+
 /// Per-thread reusable buffers.
 pub(crate) struct Scratch {
     visited: VisitedSet,
@@ -494,11 +502,7 @@ impl Engine {
         s.stats.exact_distances += filter.count() as u64;
         s.exact
             .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for t in 0..k {
-            let (d, id) = s.exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
-            out_ids[t] = id;
-            out_d[t] = d;
-        }
+        write_answer(&s.exact, out_ids, out_d);
     }
 
     /// Per-wave rerank: exact distances for the best `R` by sketch that have
@@ -649,12 +653,26 @@ impl Engine {
         let rows = index.rows();
         let lt = self.row_len;
         let waves = filter.map_or(p.waves, |f| f.max_waves.max(p.waves));
+        // A filtered search keeps a frontier for all its waves, and stops
+        // past `W` once its answer list is full and a wave left the k-th best
+        // allowed distance where it was.
+        let m = if filter.is_some() {
+            m.max(p.start_points * waves)
+        } else {
+            m
+        };
+        let kth = |s: &Scratch| s.answer.get(k - 1).map_or(f32::INFINITY, |c| c.d);
+        let mut last_kth = f32::INFINITY;
         for wave in 0..waves {
             if wave >= p.waves {
-                if s.answer.len() >= want {
+                let now = kth(s);
+                if s.answer.len() >= want && now >= last_kth {
                     break;
                 }
+                last_kth = now;
                 s.stats.extra_waves += 1;
+            } else if filter.is_some() {
+                last_kth = kth(s);
             }
             s.starts.clear();
             if p.wave_rerank {
@@ -740,10 +758,6 @@ impl Engine {
             s.exact
                 .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         }
-        for t in 0..k {
-            let (d, id) = s.exact.get(t).copied().unwrap_or((f32::INFINITY, PAD_ID));
-            out_ids[t] = id;
-            out_d[t] = d;
-        }
+        write_answer(&s.exact, out_ids, out_d);
     }
 }

@@ -164,11 +164,12 @@ const SCAN_BYTES_PER_SEARCH_BYTE: f64 = 4.0;
 impl FilteredPlan {
     /// The plan for `plan` over an index of `n` vectors of `dim` stored
     /// coordinates (`vector_bytes` each) and sketch rows of `sketch_width`
-    /// bytes, `allowed` of them allowed: the search with as many waves as it
-    /// takes to meet `R` allowed ids (at least `W`, at most
-    /// [`crate::MAX_WAVES`]), unless reading every allowed vector costs less
-    /// than that ([`SCAN_BYTES_PER_SEARCH_BYTE`]) or more waves would be
-    /// needed.
+    /// bytes, `allowed` of them allowed. The `k` nearest allowed ids are
+    /// about the `k / share` nearest of all, so the search may run up to
+    /// `W / share` waves (at least enough to meet `R` allowed ids, at most
+    /// [`crate::MAX_WAVES`]; it stops earlier once a wave improves nothing);
+    /// a scan of the allowed vectors replaces it where it reads less than
+    /// [`SCAN_BYTES_PER_SEARCH_BYTE`] times what those waves would.
     pub fn new(
         plan: &SearchPlan,
         n: usize,
@@ -186,15 +187,13 @@ impl FilteredPlan {
         let first = (copies * plan.read_depth) as f64 * share;
         let per_wave = (p.start_points * row_len) as f64 * share * FRESH_ROW_SHARE;
         let want = p.rerank.max(plan.k) as f64;
-        let needed = if first >= want {
-            p.waves
-        } else {
-            ((want - first) / per_wave.max(1e-9)).ceil() as usize
-        };
-        let waves = needed.max(p.waves);
-        if waves > crate::MAX_WAVES {
+        let to_fill = ((want - first).max(0.0) / per_wave.max(1e-9)).ceil();
+        let to_reach = (p.waves.max(1) as f64 / share).ceil();
+        let waves = to_fill.max(to_reach).max(p.waves as f64);
+        if waves > crate::MAX_WAVES as f64 {
             return FilteredPlan::Scan;
         }
+        let waves = waves as usize;
         let entries = copies * plan.read_depth + waves * p.start_points * row_len;
         let search_bytes = (entries * sketch_width + p.rerank * vector_bytes) as f64;
         let scan_bytes = (allowed * vector_bytes) as f64;

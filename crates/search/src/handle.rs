@@ -6,7 +6,7 @@
 use std::sync::Mutex;
 
 use crate::{Backend, BackendSearcher, GpuOptions, Index, Queries, SearchError, SearchParams};
-use crate::{SearchResults, Tuned};
+use crate::{IdFilter, SearchResults, Tuned};
 
 /// An [`Index`] and its lazily opened GPU searcher (the index stays in device
 /// memory between calls), shared by the threads of a binding.
@@ -85,6 +85,24 @@ impl SharedIndex {
             Backend::Gpu => self.with_gpu(|s| s.search_queries(queries, k, p))?,
             _ => self.index.search_queries(queries, k, p),
         }
+    }
+
+    /// [`SharedIndex::search`] returning only ids `filter` allows
+    /// ([`Index::search_filtered`]). Filtered search runs on the CPU: `Auto`
+    /// takes it there, `Gpu` is [`SearchError::FilterOnGpu`].
+    pub fn search_filtered(
+        &self,
+        queries: Queries<'_>,
+        k: usize,
+        p: &SearchParams,
+        filter: &IdFilter,
+        backend: Backend,
+    ) -> Result<SearchResults, SearchError> {
+        if backend == Backend::Gpu {
+            return Err(SearchError::FilterOnGpu);
+        }
+        let queries = queries.with_dim(self.index.dim())?;
+        self.index.search_filtered(queries, k, p, filter)
     }
 
     /// Run `f` on the GPU searcher, opening it (on device 0) if it is not

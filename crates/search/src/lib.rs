@@ -173,6 +173,8 @@ pub enum SearchError {
     FilterId { id: u32, n: usize },
     #[error("filter covers {got} ids, the index has {n} vectors")]
     FilterLength { got: usize, n: usize },
+    #[error("filtered search runs on the CPU backend only (the GPU kernels take no filter yet)")]
+    FilterOnGpu,
     #[error("{what} must be positive")]
     NotPositive { what: &'static str },
     #[error("recall target {target} is not in (0, 1]")]

@@ -57,6 +57,7 @@ pub mod gpu_sort_builder;
 mod no_gpu;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::{gpu_ripples, gpu_rows};
+mod live;
 #[doc(hidden)]
 pub mod memory;
 #[doc(hidden)]
@@ -96,6 +97,7 @@ use octex_search::knn;
 use rayon::prelude::*;
 use serde::Serialize;
 
+pub use live::{LiveError, LiveIndex, LiveResults};
 pub use memory::MemoryBudget;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::Gpu as Device;

@@ -1,0 +1,340 @@
+//! [`LiveIndex`]: an index that takes adds and removes, with 64-bit user
+//! ids, over a built index.
+//!
+//! Removed ids never come back from the moment [`LiveIndex::remove`]
+//! returns: the built index is searched with a filter of its live vectors
+//! ([`octex_search::IdFilter`]), and searches may add a filter of their own.
+//! Added vectors wait in a pending list that every search scans exactly
+//! (so they are found at once, at full recall), and are built into the index
+//! with the live ones when the pending list passes [`LiveIndex::pending_limit`]
+//! or [`LiveIndex::rebuild`] is called; the rebuild also reclaims the space
+//! of removed vectors. The built vectors are taken back from the index's
+//! rerank vectors (the input for L2 and inner product, the normalised input
+//! for cosine; f16 where the index stores f16, which a rebuild keeps).
+
+use std::collections::HashMap;
+
+use octex_index::{Metric, RerankView, PAD_ID};
+use octex_search::{IdFilter, SearchParams};
+
+use crate::{build, BuildError, BuildParams};
+
+/// Where a user id lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// The built index's vector of this id.
+    Built(u32),
+    /// The pending list's entry.
+    Pending(usize),
+}
+
+/// Why an add or a search was refused (nothing was changed).
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("user id {0} is already in the index")]
+    DuplicateId(u64),
+    #[error("{ids} ids given for {vectors} vectors")]
+    IdCount { ids: usize, vectors: usize },
+    #[error("vectors have dimension {got}, the index has {expected}")]
+    Dimension { expected: usize, got: usize },
+    #[error("vector {row}, coordinate {col} is {value}: vectors must be finite")]
+    NotFinite { row: usize, col: usize, value: f32 },
+    #[error("vector {row}: {problem:?} (the metric cannot take it)")]
+    Vector {
+        row: usize,
+        problem: octex_index::VectorProblem,
+    },
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Search(#[from] octex_search::SearchError),
+}
+
+/// Search results with user ids: `k` per query, `u64::MAX` and infinite
+/// distances where fewer were found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveResults {
+    pub k: usize,
+    pub ids: Vec<u64>,
+    pub distances: Vec<f32>,
+}
+
+/// A built index with adds, removes and user ids.
+pub struct LiveIndex {
+    index: octex_search::Index,
+    params: BuildParams,
+    /// User id of each built vector.
+    built_ids: Vec<u64>,
+    /// Built vectors not removed.
+    live: IdFilter,
+    /// Added since the last build: input-space vectors and their ids.
+    pending: Vec<f32>,
+    pending_ids: Vec<u64>,
+    slots: HashMap<u64, Slot>,
+    next_id: u64,
+}
+
+impl LiveIndex {
+    /// A living index over `index` (ids `0..n`); `params` build it again.
+    pub fn new(index: octex_search::Index, params: BuildParams) -> Self {
+        let n = index.len() as u64;
+        Self::with_ids(index, params, (0..n).collect()).expect("ids 0..n are distinct")
+    }
+
+    /// [`LiveIndex::new`] with the user id of each built vector.
+    pub fn with_ids(
+        index: octex_search::Index,
+        params: BuildParams,
+        ids: Vec<u64>,
+    ) -> Result<Self, LiveError> {
+        if ids.len() != index.len() {
+            return Err(LiveError::IdCount {
+                ids: ids.len(),
+                vectors: index.len(),
+            });
+        }
+        let mut slots = HashMap::with_capacity(ids.len());
+        for (i, &id) in ids.iter().enumerate() {
+            if slots.insert(id, Slot::Built(i as u32)).is_some() {
+                return Err(LiveError::DuplicateId(id));
+            }
+        }
+        let next_id = ids.iter().max().map_or(0, |m| m + 1);
+        Ok(Self {
+            live: IdFilter::all(index.len()),
+            index,
+            params,
+            built_ids: ids,
+            pending: Vec::new(),
+            pending_ids: Vec::new(),
+            slots,
+            next_id,
+        })
+    }
+
+    /// Live vectors (added, not removed).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn dim(&self) -> usize {
+        self.index.dim()
+    }
+
+    pub fn metric(&self) -> Metric {
+        self.index.metric()
+    }
+
+    /// Vectors waiting to be built into the index.
+    pub fn pending(&self) -> usize {
+        self.pending_ids.len()
+    }
+
+    /// The pending list's size that starts a rebuild at the next add: a
+    /// quarter of the built vectors, at least 4,096 (the scan every search
+    /// pays stays a fraction of the search; each vector is rebuilt a
+    /// bounded number of times as the index grows geometrically).
+    pub fn pending_limit(&self) -> usize {
+        (self.index.len() / 4).max(4096)
+    }
+
+    /// The built index (without the pending vectors).
+    pub fn index(&self) -> &octex_search::Index {
+        &self.index
+    }
+
+    /// Add `vectors` (`n x dim`) with `ids` (or the next free ids); returns
+    /// the ids. A duplicate id, a wrong length or a vector the metric cannot
+    /// take refuses the whole batch. Rebuilds when the pending list passes
+    /// [`LiveIndex::pending_limit`].
+    pub fn add(&mut self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>, LiveError> {
+        let dim = self.dim();
+        if vectors.len() % dim != 0 {
+            return Err(LiveError::Dimension {
+                expected: dim,
+                got: vectors.len(),
+            });
+        }
+        let n = vectors.len() / dim;
+        if let Some(i) = vectors.iter().position(|v| !v.is_finite()) {
+            return Err(LiveError::NotFinite {
+                row: i / dim,
+                col: i % dim,
+                value: vectors[i],
+            });
+        }
+        for (row, v) in vectors.chunks_exact(dim).enumerate() {
+            self.metric()
+                .check_norm(Metric::squared_norm(v))
+                .map_err(|problem| LiveError::Vector { row, problem })?;
+        }
+        let ids: Vec<u64> = match ids {
+            Some(ids) if ids.len() != n => {
+                return Err(LiveError::IdCount {
+                    ids: ids.len(),
+                    vectors: n,
+                })
+            }
+            Some(ids) => ids.to_vec(),
+            None => (self.next_id..self.next_id + n as u64).collect(),
+        };
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        if let Some(&dup) = ids
+            .iter()
+            .find(|id| self.slots.contains_key(id) || !seen.insert(**id))
+        {
+            return Err(LiveError::DuplicateId(dup));
+        }
+        for &id in &ids {
+            self.slots.insert(id, Slot::Pending(self.pending_ids.len()));
+            self.pending_ids.push(id);
+            self.next_id = self.next_id.max(id + 1);
+        }
+        self.pending.extend_from_slice(vectors);
+        if self.pending() > self.pending_limit() {
+            self.rebuild()?;
+        }
+        Ok(ids)
+    }
+
+    /// Remove `ids`; returns how many were in the index (unknown ids are
+    /// skipped). From its return on, none of them is a search result.
+    pub fn remove(&mut self, ids: &[u64]) -> usize {
+        let mut removed = 0;
+        for id in ids {
+            match self.slots.remove(id) {
+                Some(Slot::Built(i)) => {
+                    self.live.deny(i);
+                    removed += 1;
+                }
+                Some(Slot::Pending(p)) => {
+                    let dim = self.dim();
+                    let last = self.pending_ids.len() - 1;
+                    self.pending_ids.swap_remove(p);
+                    for j in 0..dim {
+                        self.pending[p * dim + j] = self.pending[last * dim + j];
+                    }
+                    self.pending.truncate(last * dim);
+                    if p < last {
+                        self.slots.insert(self.pending_ids[p], Slot::Pending(p));
+                    }
+                    removed += 1;
+                }
+                None => {}
+            }
+        }
+        removed
+    }
+
+    /// Build the index again over the live vectors (the built ones still
+    /// live and the pending ones); ids are kept.
+    pub fn rebuild(&mut self) -> Result<(), LiveError> {
+        let dim = self.dim();
+        let raw = self.index.raw();
+        let sdim = raw.stored_dim();
+        let mut data = Vec::with_capacity(self.len() * dim);
+        let mut ids = Vec::with_capacity(self.len());
+        for i in self.live.ids() {
+            let row = i as usize * sdim;
+            match raw.vectors() {
+                RerankView::F32(v) => data.extend_from_slice(&v[row..row + dim]),
+                RerankView::F16(v) => data.extend(v[row..row + dim].iter().map(|x| x.to_f32())),
+            }
+            ids.push(self.built_ids[i as usize]);
+        }
+        data.extend_from_slice(&self.pending);
+        ids.extend_from_slice(&self.pending_ids);
+        let built = build(&data, dim, self.metric(), &self.params)?;
+        let next_id = self.next_id;
+        *self = Self::with_ids(
+            octex_search::Index::new(built.index),
+            self.params.clone(),
+            ids,
+        )?;
+        self.next_id = next_id;
+        Ok(())
+    }
+
+    /// The `k` nearest live vectors of each query (`nq x dim`), by user id;
+    /// `allowed`, when given, the only user ids that may come back.
+    pub fn search(
+        &self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        allowed: Option<&[u64]>,
+    ) -> Result<LiveResults, LiveError> {
+        let dim = self.dim();
+        if queries.is_empty() || queries.len() % dim != 0 {
+            return Err(LiveError::Dimension {
+                expected: dim,
+                got: queries.len(),
+            });
+        }
+        let nq = queries.len() / dim;
+        let mut filter = self.live.clone();
+        let mut pending_ok = vec![true; self.pending()];
+        if let Some(allowed) = allowed {
+            let mut built = IdFilter::none(self.index.len());
+            pending_ok.fill(false);
+            for id in allowed {
+                match self.slots.get(id) {
+                    Some(Slot::Built(i)) => {
+                        built.allow(*i);
+                    }
+                    Some(Slot::Pending(p)) => pending_ok[*p] = true,
+                    None => {}
+                }
+            }
+            filter.intersect(&built);
+        }
+        let kb = k.min(self.index.len()).max(1);
+        let res = self.index.search_filtered(queries, kb, p, &filter)?;
+        let mut ids = vec![u64::MAX; nq * k];
+        let mut distances = vec![f32::INFINITY; nq * k];
+        let mut row: Vec<(f32, u64)> = Vec::with_capacity(kb + self.pending());
+        for q in 0..nq {
+            row.clear();
+            for (&id, &d) in res.ids(q).iter().zip(res.distances(q)) {
+                if id != PAD_ID {
+                    row.push((d, self.built_ids[id as usize]));
+                }
+            }
+            let query = &queries[q * dim..(q + 1) * dim];
+            for (pi, v) in self.pending.chunks_exact(dim).enumerate() {
+                if pending_ok[pi] {
+                    row.push((user_distance(self.metric(), query, v), self.pending_ids[pi]));
+                }
+            }
+            row.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (t, &(d, id)) in row.iter().take(k).enumerate() {
+                ids[q * k + t] = id;
+                distances[q * k + t] = d;
+            }
+        }
+        Ok(LiveResults { k, ids, distances })
+    }
+}
+
+/// The distance a search reports between a query and a vector, computed
+/// exactly: squared L2; `1 - cos` for cosine; `-q.x` for inner product
+/// (what `Metric::user_distance` gives from the stored space).
+fn user_distance(metric: Metric, q: &[f32], x: &[f32]) -> f32 {
+    match metric {
+        Metric::L2 => q.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum(),
+        Metric::Cosine => {
+            let (mut dot, mut qq, mut xx) = (0f64, 0f64, 0f64);
+            for (&a, &b) in q.iter().zip(x) {
+                dot += a as f64 * b as f64;
+                qq += a as f64 * a as f64;
+                xx += b as f64 * b as f64;
+            }
+            (1.0 - dot / (qq.sqrt() * xx.sqrt())) as f32
+        }
+        Metric::InnerProduct => -q.iter().zip(x).map(|(a, b)| a * b).sum::<f32>(),
+    }
+}

@@ -19,6 +19,7 @@ mod fetch;
 mod filter_bench;
 mod gpu_bench;
 mod kernel_report;
+mod live_bench;
 mod passages;
 mod plot;
 mod progress;
@@ -108,6 +109,9 @@ enum Cmd {
     /// Filtered search at 50%, 10%, 1% and 0.1% of the ids allowed, against
     /// the exact filtered answer (and hnswlib's and Faiss's with --peers).
     BenchFilter(filter_bench::FilterBenchArgs),
+    /// An index grown from half the base by 10 adds and shrunk by removing
+    /// every tenth vector, against a fresh build (and hnswlib with --peers).
+    BenchLive(live_bench::LiveBenchArgs),
     /// Score compressed codes (octex's int8 sketch, 4-bit, RaBitQ) by how
     /// well they rank a data set, against its ground truth.
     Codes(codes::CodesArgs),
@@ -202,6 +206,7 @@ fn main() -> Result<()> {
         Cmd::Search(args) => search_cmd::run(args),
         Cmd::Bench(args) => bench::run(args, &root),
         Cmd::BenchFilter(args) => filter_bench::run(args, &root),
+        Cmd::BenchLive(args) => live_bench::run(args, &root),
         Cmd::Codes(args) => codes::run(args, &root),
         Cmd::KernelReport(args) => kernel_report::run(args),
         Cmd::Plot { results, out } => bench::replot(&results, &out),

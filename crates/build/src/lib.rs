@@ -26,6 +26,9 @@
 //! crate is compiled, the phases are stand-ins that are never reached
 //! (`no_gpu.rs`) and `Backend::Gpu` is an error.
 //!
+//! [`LiveIndex`] keeps a built index living: adds with user ids, removes,
+//! and rebuilds as it grows.
+//!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
 //! scale with `n` and `D` and a size estimate callable before building. Long

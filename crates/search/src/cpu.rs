@@ -40,7 +40,7 @@ impl Index {
     /// [`Index::search`] returning only ids `filter` allows (the rest of the
     /// `k` padded with `PAD_ID` and infinite distances when fewer are
     /// allowed). Where the allowed ids are few the batch scans them exactly
-    /// instead ([`crate::filter`]). [`SearchError::FilterLength`] when the
+    /// instead (`filter.rs`). [`SearchError::FilterLength`] when the
     /// filter does not cover the index's ids.
     pub fn search_filtered(
         &self,

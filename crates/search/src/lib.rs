@@ -26,8 +26,9 @@
 //! `engine.rs` (the CPU backend), `simd.rs`, `visited.rs`, `gpu.rs` and
 //! `gpu/` (the GPU backend), `backend.rs` ([`Backend`], [`GpuOptions`],
 //! [`GpuTuning`]), `handle.rs` ([`SharedIndex`], what the Python and C
-//! bindings hold), `tune.rs` (`recall=`), [`knn`] (exact k-NN, ground truth
-//! and recall@k: the one home of evaluation). Place in the pipeline:
+//! bindings hold), `tune.rs` (`recall=`), `filter.rs` ([`IdFilter`] and
+//! [`Index::search_filtered`]'s choice of search or scan), [`knn`] (exact
+//! k-NN, ground truth and recall@k: the one home of evaluation). Place in the pipeline:
 //! after `octex-build`; depends on `octex-index` (the layout) and
 //! `octex-lattice` (the decoders).
 //!

@@ -45,7 +45,7 @@ fn reverse(ids: &[u32], dists: &[f32], k: usize, fanout: usize, cap: usize) -> V
 /// One round of local joins over forward lists `ids`/`dists` (`n x k`, each
 /// row ascending by squared L2 distance, `PAD_ID`/infinity padded) of the
 /// stored vectors `x` (`n x dim`). Returns how many list entries changed;
-/// `on_rows` is told of every [`TASK`] vectors done.
+/// `on_rows` is told of every `TASK` vectors done.
 pub fn join_round(
     x: &[f32],
     dim: usize,

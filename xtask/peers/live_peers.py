@@ -50,9 +50,9 @@ def main():
         t = time.perf_counter()
         ids, _ = idx.knn_query(q, k=10, num_threads=a.threads)
         qps = len(q) / (time.perf_counter() - t)
-        out.append(f"ef={ef} recall@10 {recall(ids, gt):.4} at {qps:.0} QPS")
+        out.append(f"ef={ef} recall@10 {recall(ids, gt):.4f} at {qps:.0f} QPS")
     print(f"hnswlib M=16 efC=200: first {half} added in {first:.1} s; {n - half} added in 10 steps "
-          f"in {adds:.1} s ({(n - half) / adds:.0} vectors/s); " + ", ".join(out))
+          f"in {adds:.1} s ({(n - half) / adds:.0f} vectors/s); " + ", ".join(out))
     t = time.perf_counter()
     for i in range(0, n, 10):
         idx.mark_deleted(i)
@@ -60,8 +60,8 @@ def main():
     idx.set_ef(128)
     ids, _ = idx.knn_query(q, k=10, num_threads=a.threads)
     assert not (ids % 10 == 0).any(), "a deleted id came back"
-    print(f"hnswlib: every tenth marked deleted in {dele:.3} s; recall@10 over the rest at ef=128 "
-          f"{recall(ids, gt, lambda p: p % 10 != 0):.4}")
+    print(f"hnswlib: every tenth marked deleted in {dele:.3f} s; recall@10 over the rest at ef=128 "
+          f"{recall(ids, gt, lambda p: p % 10 != 0):.4f}")
 
 
 if __name__ == "__main__":

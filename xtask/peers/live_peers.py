@@ -51,8 +51,8 @@ def main():
         ids, _ = idx.knn_query(q, k=10, num_threads=a.threads)
         qps = len(q) / (time.perf_counter() - t)
         out.append(f"ef={ef} recall@10 {recall(ids, gt):.4f} at {qps:.0f} QPS")
-    print(f"hnswlib M=16 efC=200: first {half} added in {first:.1} s; {n - half} added in 10 steps "
-          f"in {adds:.1} s ({(n - half) / adds:.0f} vectors/s); " + ", ".join(out))
+    print(f"hnswlib M=16 efC=200: first {half} added in {first:.1f} s; {n - half} added in 10 steps "
+          f"in {adds:.1f} s ({(n - half) / adds:.0f} vectors/s); " + ", ".join(out))
     t = time.perf_counter()
     for i in range(0, n, 10):
         idx.mark_deleted(i)

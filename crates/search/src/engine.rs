@@ -654,8 +654,9 @@ impl Engine {
         let lt = self.row_len;
         let waves = filter.map_or(p.waves, |f| f.max_waves.max(p.waves));
         // A filtered search keeps a frontier for all its waves, and stops
-        // past `W` once its answer list is full and a wave left the k-th best
-        // allowed distance where it was.
+        // past `W` once its answer list is full and either its k-th best
+        // allowed distance is within the best `R` of all (where an unfiltered
+        // search would answer from) or a wave left it where it was.
         let m = if filter.is_some() {
             m.max(p.start_points * waves)
         } else {
@@ -666,7 +667,11 @@ impl Engine {
         for wave in 0..waves {
             if wave >= p.waves {
                 let now = kth(s);
-                if s.answer.len() >= want && now >= last_kth {
+                let reached = s
+                    .best
+                    .get(want.min(s.best.len()).saturating_sub(1))
+                    .is_some_and(|c| now <= c.d);
+                if s.answer.len() >= want && (reached || now >= last_kth) {
                     break;
                 }
                 last_kth = now;

@@ -150,7 +150,9 @@ impl LiveIndex {
     /// Add `vectors` (`n x dim`) with `ids` (or the next free ids); returns
     /// the ids. A duplicate id, a wrong length or a vector the metric cannot
     /// take refuses the whole batch. Rebuilds when the pending list passes
-    /// [`LiveIndex::pending_limit`].
+    /// [`LiveIndex::pending_limit`]; a rebuild that fails leaves the vectors
+    /// pending (searched, and built in at a later add) and is logged: the add
+    /// itself has succeeded.
     pub fn add(&mut self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>, LiveError> {
         let dim = self.dim();
         if vectors.len() % dim != 0 {
@@ -196,7 +198,9 @@ impl LiveIndex {
         }
         self.pending.extend_from_slice(vectors);
         if self.pending() > self.pending_limit() {
-            self.rebuild()?;
+            if let Err(e) = self.rebuild() {
+                tracing::warn!(error = %e, pending = self.pending(), "rebuild failed; the added vectors stay pending");
+            }
         }
         Ok(ids)
     }

@@ -5,10 +5,11 @@
 //!
 //! A filtered search routes through every id (the neighbour rows of
 //! disallowed vectors still lead to allowed ones) and answers from a second
-//! list, the best `R` allowed ids by sketch distance; it runs more waves
-//! than `W` until that list is full. Where the allowed ids are few, reading
-//! them all costs less than the waves that would find them: the search
-//! scans them.
+//! list, the best `R` allowed ids by sketch distance; past `W` it runs more
+//! waves while that list is not full, or its k-th distance is outside the
+//! best `R` of all and the last wave improved it. Where the allowed ids are
+//! few, reading them all costs less than the waves that would find them: the
+//! search scans them.
 
 use crate::{SearchError, SearchPlan};
 

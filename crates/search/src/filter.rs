@@ -196,8 +196,8 @@ impl FilteredPlan {
         }
         let waves = waves as usize;
         // The search stops well before its cap once a wave improves nothing:
-        // its cost is taken at `W (1 + ln(1 / share))` waves (fam-mixture at
-        // 10% allowed, W = 1: 2.6 waves run, 3.3 estimated).
+        // its cost is taken at `W (1 + ln(1 / share))` waves (docs/RESULTS.md,
+        // "Decisions").
         let expected = (p.waves.max(1) as f64 * (1.0 - share.ln())).min(waves as f64);
         let entries =
             copies * plan.read_depth + (expected * (p.start_points * row_len) as f64) as usize;

@@ -225,8 +225,8 @@ fn sizes(
     let first = SearchSmem::first_round_ids(index, r, start_points);
     let buf_len = first.max(keep + start_points * row_len);
     // The visited set: a slot per entry the query may read, the seeds
-    // counted beside the ripple heads. It holds distinct ids only (0.2-0.65
-    // of the entries), so one slot per entry bounds its load at 1 at half
+    // counted beside the ripple heads. It holds distinct ids only, fewer
+    // than the entries, so one slot per entry bounds its load at 1 at half
     // the shared memory of a load-0.5 table; a full set drops ids.
     let entries = index.copies * r + index.n_seeds + waves * start_points * row_len;
     let slots =

@@ -39,16 +39,22 @@ fn an_index_grown_by_adds_finds_what_a_fresh_build_finds() {
     .unwrap();
     // Grow to the whole set in 10 adds.
     let step = (12_000 - half) / 10;
-    let mut rebuilt = 0;
+    let mut insertions = 0;
     for s in 0..10 {
         let (a, b) = (half + s * step, half + (s + 1) * step);
         let ids: Vec<u64> = (a..b).map(uid).collect();
         let built_before = live.index().len();
         assert_eq!(live.add(&base[a * DIM..b * DIM], Some(&ids)).unwrap(), ids);
-        rebuilt += (live.index().len() != built_before) as usize;
+        insertions += (live.index().len() != built_before) as usize;
     }
-    assert_eq!(live.len(), 12_000);
-    assert!(rebuilt >= 1, "the pending list never passed its limit");
+    assert!(
+        insertions >= 1,
+        "the pending list never reached its threshold"
+    );
+    // Every vector in the index itself, none left to the exact scan.
+    live.flush().unwrap();
+    assert_eq!((live.len(), live.pending()), (12_000, 0));
+    assert_eq!(live.index().len(), 12_000);
     let ids_of: Vec<u64> = (0..12_000).map(uid).collect();
     let truth = brute_force(base, queries, DIM, k);
     let grown = live_recall(
@@ -60,8 +66,7 @@ fn an_index_grown_by_adds_finds_what_a_fresh_build_finds() {
     let fresh = octex_search::Index::new(build(base, DIM, Metric::L2, &params).unwrap().index);
     let fresh_recall = recall(&fresh.search(queries, k, &p).unwrap().ids, &truth, k);
     println!(
-        "grown {grown:.4}, fresh {fresh_recall:.4}, {rebuilt} rebuilds, {} pending",
-        live.pending()
+        "grown in place {grown:.4}, fresh {fresh_recall:.4}, {insertions} insertions during the adds"
     );
     assert!(
         grown >= fresh_recall - 0.01,
@@ -152,4 +157,69 @@ fn adds_and_filters_speak_user_ids_and_refuse_what_they_cannot_take() {
         .search(&base[2_009 * DIM..2_010 * DIM], 1, &p, None)
         .unwrap();
     assert_eq!(res.ids[0], 2_009);
+}
+
+#[test]
+fn inserted_vectors_are_found_in_every_metric() {
+    let all = clustered(4_500, DIM, 30, 5);
+    let (base, added) = all.split_at(3_000 * DIM);
+    let p = SearchParams::default();
+    for metric in [Metric::L2, Metric::Cosine, Metric::InnerProduct] {
+        let params = test_params();
+        let built = build(base, DIM, metric, &params).unwrap();
+        let mut live = LiveIndex::new(octex_search::Index::new(built.index), params);
+        // Inner product: three vectors longer than any built one cannot be
+        // inserted (their stored form needs a larger norm bound).
+        let mut added = added.to_vec();
+        if metric == Metric::InnerProduct {
+            for v in added.chunks_exact_mut(DIM).take(3) {
+                v.iter_mut().for_each(|x| *x *= 100.0);
+            }
+        }
+        let max2 = (live.index().raw().header().max_norm as f64).powi(2);
+        let longer = added
+            .chunks_exact(DIM)
+            .filter(|v| Metric::squared_norm(v) > max2)
+            .count();
+        let expect_pending = if metric == Metric::InnerProduct {
+            longer
+        } else {
+            0
+        };
+        assert!(metric != Metric::InnerProduct || longer >= 3);
+        let ids = live.add(&added, None).unwrap();
+        live.flush().unwrap();
+        assert_eq!(live.pending(), expect_pending, "{metric:?}");
+        assert_eq!(live.index().len(), 4_500 - expect_pending, "{metric:?}");
+        assert_eq!(ids, (3_000..4_500).collect::<Vec<u64>>());
+        // The first 300 added vectors as queries, against every vector.
+        let k = 10;
+        let queries = &added[..300 * DIM];
+        let mut every = base.to_vec();
+        every.extend_from_slice(&added);
+        let truth = match metric {
+            Metric::L2 => brute_force(&every, queries, DIM, k),
+            Metric::InnerProduct => brute_force_ip(&every, queries, DIM, k),
+            Metric::Cosine => {
+                let unit = |v: &[f32]| -> Vec<f32> {
+                    v.chunks_exact(DIM)
+                        .flat_map(|r| {
+                            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+                            r.iter().map(move |x| x / n)
+                        })
+                        .collect()
+                };
+                brute_force(&unit(&every), &unit(queries), DIM, k)
+            }
+        };
+        let found: Vec<u32> = live
+            .search(queries, k, &p, None)
+            .unwrap()
+            .ids
+            .iter()
+            .map(|&id| id as u32)
+            .collect();
+        let r = recall(&found, &truth, k);
+        assert!(r >= 0.95, "{metric:?}: recall@10 {r} after insertion");
+    }
 }

@@ -5,12 +5,17 @@
 //! returns: the built index is searched with a filter of its live vectors
 //! ([`octex_search::IdFilter`]), and searches may add a filter of their own.
 //! Added vectors wait in a pending list that every search scans exactly
-//! (so they are found at once, at full recall), and are built into the index
-//! with the live ones when the pending list passes [`LiveIndex::pending_limit`]
-//! or [`LiveIndex::rebuild`] is called; the rebuild also reclaims the space
-//! of removed vectors. The built vectors are taken back from the index's
-//! rerank vectors (the input for L2 and inner product, the normalised input
-//! for cosine; f16 where the index stores f16, which a rebuild keeps).
+//! (so they are found at once, at full recall) until it passes
+//! [`LiveIndex::insert_threshold`] (or [`LiveIndex::flush`] is called); then
+//! they are inserted into the index in place ([`crate::insert`]).
+//! [`LiveIndex::rebuild`] builds the index again over the live vectors: it
+//! reclaims the space of removed vectors and chooses the spacings and key
+//! tables for the data as it is now. Vectors an insertion cannot take (inner
+//! product, longer than the longest built) stay pending until a rebuild,
+//! which runs by itself once they pass [`LiveIndex::pending_limit`]. The
+//! built vectors are taken back from the index's rerank vectors (the input
+//! for L2 and inner product, the normalised input for cosine; f16 where the
+//! index stores f16, which a rebuild keeps).
 
 use std::collections::HashMap;
 
@@ -134,10 +139,16 @@ impl LiveIndex {
         self.pending_ids.len()
     }
 
-    /// The pending list's size that starts a rebuild at the next add: a
-    /// quarter of the built vectors, at least 4,096 (the scan every search
-    /// pays stays a fraction of the search; each vector is rebuilt a
-    /// bounded number of times as the index grows geometrically).
+    /// The pending list's size that inserts it into the index at the next
+    /// add: 1/64 of the index, at least 1,024 (each insertion copies the
+    /// index once; the exact scan every search pays stays small).
+    pub fn insert_threshold(&self) -> usize {
+        (self.index.len() / 64).max(1024)
+    }
+
+    /// The pending list's size, of vectors an insertion cannot take, that
+    /// starts a rebuild at the next add: a quarter of the index, at least
+    /// 4,096.
     pub fn pending_limit(&self) -> usize {
         (self.index.len() / 4).max(4096)
     }
@@ -149,10 +160,10 @@ impl LiveIndex {
 
     /// Add `vectors` (`n x dim`) with `ids` (or the next free ids); returns
     /// the ids. A duplicate id, a wrong length or a vector the metric cannot
-    /// take refuses the whole batch. Rebuilds when the pending list passes
-    /// [`LiveIndex::pending_limit`]; a rebuild that fails leaves the vectors
-    /// pending (searched, and built in at a later add) and is logged: the add
-    /// itself has succeeded.
+    /// take refuses the whole batch. Inserts the pending list in place when
+    /// it reaches [`LiveIndex::insert_threshold`]; an insertion (or rebuild)
+    /// that fails leaves the vectors pending (searched, and inserted at a
+    /// later add) and is logged: the add itself has succeeded.
     pub fn add(&mut self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>, LiveError> {
         let dim = self.dim();
         if vectors.len() % dim != 0 {
@@ -197,12 +208,71 @@ impl LiveIndex {
             self.next_id = self.next_id.max(id + 1);
         }
         self.pending.extend_from_slice(vectors);
-        if self.pending() > self.pending_limit() {
-            if let Err(e) = self.rebuild() {
-                tracing::warn!(error = %e, pending = self.pending(), "rebuild failed; the added vectors stay pending");
+        if self.pending() >= self.insert_threshold() {
+            let outcome = match self.flush() {
+                Ok(()) if self.pending() > self.pending_limit() => self.rebuild(),
+                done => done,
+            };
+            if let Err(e) = outcome {
+                tracing::warn!(error = %e, pending = self.pending(), "insertion failed; the added vectors stay pending");
             }
         }
         Ok(ids)
+    }
+
+    /// Insert the pending vectors into the index in place; those it cannot
+    /// take (inner product: longer than the longest built) stay pending. On
+    /// an error nothing has changed.
+    pub fn flush(&mut self) -> Result<(), LiveError> {
+        if self.pending_ids.is_empty() {
+            return Ok(());
+        }
+        let (dim, metric) = (self.dim(), self.metric());
+        let raw = self.index.raw();
+        let sdim = raw.stored_dim();
+        let max2 = (raw.header().max_norm as f64).powi(2);
+        let mut stored = Vec::with_capacity(self.pending() * sdim);
+        let mut row = vec![0f32; sdim];
+        let (mut taken, mut kept) = (Vec::new(), Vec::new());
+        for (i, v) in self.pending.chunks_exact(dim).enumerate() {
+            let n2 = Metric::squared_norm(v);
+            let fits = metric != Metric::InnerProduct || n2 <= max2;
+            if fits && metric.prepare_base(v, n2, max2, &mut row).is_ok() {
+                stored.extend_from_slice(&row);
+                taken.push(i);
+            } else {
+                kept.push(i);
+            }
+        }
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let n0 = self.index.len();
+        let index = crate::insert::insert_stored(self.index.clone(), raw.to_parts(), &stored)?;
+        let mut live = IdFilter::all(index.len());
+        for i in 0..n0 as u32 {
+            if !self.live.allows(i) {
+                live.deny(i);
+            }
+        }
+        for (j, &i) in taken.iter().enumerate() {
+            let id = self.pending_ids[i];
+            self.built_ids.push(id);
+            self.slots.insert(id, Slot::Built((n0 + j) as u32));
+        }
+        let pending: Vec<f32> = kept
+            .iter()
+            .flat_map(|&i| self.pending[i * dim..(i + 1) * dim].to_vec())
+            .collect();
+        let pending_ids: Vec<u64> = kept.iter().map(|&i| self.pending_ids[i]).collect();
+        for (p, &id) in pending_ids.iter().enumerate() {
+            self.slots.insert(id, Slot::Pending(p));
+        }
+        self.pending = pending;
+        self.pending_ids = pending_ids;
+        self.live = live;
+        self.index = index;
+        Ok(())
     }
 
     /// Remove `ids`; returns how many were in the index (unknown ids are

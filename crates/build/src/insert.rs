@@ -1,15 +1,18 @@
 //! In-place insertion: new vectors enter a built index without a rebuild.
 //!
-//! Each new vector gets the next internal id, its rerank vector and sketch
-//! row (coded with the index's scales and, for a residual sketch, its
-//! nearest centre), and a neighbour row: its `Lt` nearest among the index's
-//! search results (`INSERT_START_POINTS` start points, `INSERT_WAVES`
-//! waves, exact distances) and the other vectors of its batch (exact). It
-//! then enters, as a reverse entry, the rows of its first `k_s` neighbours:
-//! into the head in distance order where it is nearer than the head's last
-//! entry, else at the head's end; the row's last entry drops out. Ripples
-//! and key tables stay as built: a new vector is reached through the rows
-//! around it (the measured choice, `docs/RESULTS.md`, "Decisions").
+//! Each new vector gets the next internal id and its rerank vector and
+//! sketch row (coded with the index's scales and, for a residual sketch,
+//! its nearest centre). In every copy and spacing where its fragment is
+//! stored it enters the fragment's ripple at its place by distance to the
+//! centre, the farthest entry dropping out, when it is nearer than that
+//! entry. Its neighbour row is its `Lt` nearest among the index's search
+//! results (the build's pass-2 search, or its deeper pass where a sample of
+//! the batch finds less than the build asks of rows) and the other vectors
+//! of its batch (exact). It then enters, as a reverse entry, the rows of its
+//! first `k_s` neighbours: into the head in distance order where it is
+//! nearer than the head's last entry, else at the head's end; the row's last
+//! entry drops out. Key tables and spacings stay as built: a vector whose
+//! fragment was not stored is reached through its rows.
 
 use half::slice::HalfFloatSliceExt;
 use octex_index::{table, Index, IndexParts, RerankVectors, PAD_ID};

@@ -20,14 +20,17 @@
 //!    entries and the rest ([`rows`]);
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
 //!
-//! With a GPU, the exact rows start at once on a thread of their own and run
-//! beside steps 2-5 and 7 (on a second context of the same device). The GPU
+//! With a GPU, the exact rows (and their detour order, on the host) start at
+//! once on a thread of their own and run beside steps 2-5 and 7 (on a second
+//! context of the same device). The GPU
 //! phases are the `gpu` cargo feature (on by default); without it no CUDA
 //! crate is compiled, the phases are stand-ins that are never reached
 //! (`no_gpu.rs`) and `Backend::Gpu` is an error.
 //!
-//! [`LiveIndex`] keeps a built index living: adds with user ids, removes,
-//! and rebuilds as it grows.
+//! [`LiveIndex`] keeps a built index living: adds with user ids, inserted in
+//! place ([`insert`]: rows by the index's own search, reverse entries,
+//! ripples and sketch by the built map and scales), removes, and rebuilds
+//! on request.
 //!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
@@ -60,6 +63,7 @@ pub mod gpu_sort_builder;
 mod no_gpu;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::{gpu_ripples, gpu_rows};
+#[doc(hidden)]
 pub mod insert;
 mod live;
 #[doc(hidden)]

@@ -223,3 +223,31 @@ fn inserted_vectors_are_found_in_every_metric() {
         assert!(r >= 0.95, "{metric:?}: recall@10 {r} after insertion");
     }
 }
+
+#[test]
+fn an_insertion_larger_than_one_batch_goes_in_parts() {
+    let dim = 16;
+    let n = 3_000 + octex_build::insert::INSERT_BATCH + 500;
+    let all = clustered(n + 200, dim, 50, 9);
+    let (base, queries) = all.split_at(n * dim);
+    let params = test_params();
+    let built = build(&base[..3_000 * dim], dim, Metric::L2, &params).unwrap();
+    let mut live = LiveIndex::new(octex_search::Index::new(built.index), params);
+    live.add(&base[3_000 * dim..], None).unwrap();
+    live.flush().unwrap();
+    assert_eq!((live.index().len(), live.pending()), (n, 0));
+    let k = 10;
+    let truth = brute_force(base, queries, dim, k);
+    let found: Vec<u32> = live
+        .search(queries, k, &SearchParams::default(), None)
+        .unwrap()
+        .ids
+        .iter()
+        .map(|&id| id as u32)
+        .collect();
+    let r = recall(&found, &truth, k);
+    assert!(
+        r >= 0.95,
+        "recall@10 {r} after inserting 3.8x the built vectors"
+    );
+}

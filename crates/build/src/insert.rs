@@ -77,14 +77,19 @@ pub fn insert_stored(
 ) -> Result<octex_search::Index, BuildError> {
     let sdim = parts.header.dim as usize;
     let mut index = index;
-    for chunk in stored.chunks(INSERT_BATCH * sdim) {
+    let chunks: Vec<&[f32]> = stored.chunks(INSERT_BATCH * sdim).collect();
+    let Some((last, first)) = chunks.split_last() else {
+        return Ok(index);
+    };
+    for chunk in first {
         insert_batch(&index, &mut parts, chunk)?;
         drop(index);
-        let t = std::time::Instant::now();
         index = octex_search::Index::new(Index::from_parts(parts.clone())?);
-        tracing::debug!(secs = t.elapsed().as_secs_f64(), "index reassembled");
     }
-    Ok(index)
+    insert_batch(&index, &mut parts, last)?;
+    drop(index);
+    // The last batch's parts become the index without a copy.
+    Ok(octex_search::Index::new(Index::from_parts(parts)?))
 }
 
 /// One batch of [`insert_stored`], into `parts` (searched through `index`).

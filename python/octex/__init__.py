@@ -56,6 +56,18 @@ def _allowed_ids(filter, n: int) -> np.ndarray:
     return np.ascontiguousarray(f, dtype=np.uint32)
 
 
+def _user_ids(ids, what: str) -> np.ndarray:
+    """Ids given by a user as ``uint64`` (integers >= 0, 1-d)."""
+    a = np.asarray(ids)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{what} must be a 1-d array of integer ids")
+    if a.size and a.min() < 0:
+        raise ValueError(f"{what} must be >= 0, got {a.min()}")
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
 class _Bars:
     """Build progress on stderr: tqdm bars when tqdm is installed, else a line
     per stage at every 10%."""
@@ -113,7 +125,33 @@ class Index:
         self._inner.save(str(path))
 
     def __len__(self) -> int:
+        """Live vectors: built or added, not removed."""
         return len(self._inner)
+
+    def add(self, vectors, ids=None) -> np.ndarray:
+        """Add ``vectors`` (``(n, dim)``) with ``ids`` (integers >= 0, or the
+        next free ids); returns the ids (``uint64``). They are found by the
+        next search; they enter the index itself in batches (no rebuild). A
+        duplicate id, a wrong dimension or a vector the metric cannot take
+        refuses the whole call (``ValueError``) and adds nothing. From the
+        first add or remove on, searches run on the CPU and return ids as
+        ``uint64``."""
+        v = _as_matrix(vectors, "vectors")
+        if ids is not None:
+            ids = _user_ids(ids, "ids")
+            if ids.shape[0] != v.shape[0]:
+                raise ValueError(f"{ids.shape[0]} ids for {v.shape[0]} vectors")
+        return self._inner.add(v, ids)
+
+    def remove(self, ids) -> int:
+        """Remove ``ids``; returns how many were in the index. None of them
+        is returned by a search from now on."""
+        return self._inner.remove(_user_ids(ids, "ids"))
+
+    def flush(self) -> None:
+        """Insert the added vectors still waiting into the index itself
+        (searches find them either way)."""
+        self._inner.flush()
 
     @property
     def dim(self) -> int:
@@ -161,12 +199,22 @@ class Index:
         ``filter``: only these ids may come back: an array of allowed ids,
         or a boolean mask of ``len(index)``; fewer than ``k`` allowed pad the
         rest with ids ``2**32 - 1`` and distances ``inf``. Filtered search
-        runs on the CPU (``backend="gpu"`` raises)."""
+        runs on the CPU (``backend="gpu"`` raises). After an add or remove,
+        ids are ``uint64`` user ids (missing ``2**64 - 1``), a boolean
+        ``filter`` is indexed by user id, and the search runs on the CPU."""
         q = _as_matrix(queries, "queries")
         if isinstance(k, bool) or int(k) != k:
             raise ValueError(f"k must be an integer, got {k!r}")
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
+        if self._inner.is_live:
+            if backend == "gpu":
+                raise RuntimeError("an index with adds or removes searches on the CPU")
+            allowed = None
+            if filter is not None:
+                f = np.asarray(filter)
+                allowed = np.flatnonzero(f).astype(np.uint64) if f.dtype == np.bool_ else _user_ids(f, "filter")
+            return self._inner.search_live(q, int(k), params=params, recall=recall, allowed=allowed)
         allowed = None if filter is None else _allowed_ids(filter, len(self))
         return self._inner.search(
             q, int(k), params=params, recall=recall, backend=backend, allowed=allowed

@@ -37,6 +37,19 @@ class Index:
         backend: str = "auto",
         allowed: Optional[npt.NDArray[np.uint32]] = None,
     ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]: ...
+    @property
+    def is_live(self) -> bool: ...
+    def add(self, vectors: npt.NDArray[np.float32], ids: Optional[npt.NDArray[np.uint64]] = None) -> npt.NDArray[np.uint64]: ...
+    def remove(self, ids: npt.NDArray[np.uint64]) -> int: ...
+    def flush(self) -> None: ...
+    def search_live(
+        self,
+        queries: npt.NDArray[np.float32],
+        k: int = 10,
+        params: Optional[SearchParams] = None,
+        recall: Optional[float] = None,
+        allowed: Optional[npt.NDArray[np.uint64]] = None,
+    ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
 
 def build(
     base: npt.NDArray[np.float32],

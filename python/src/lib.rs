@@ -15,11 +15,13 @@
 use std::path::PathBuf;
 
 use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use octex_build::{BuildError, BuildParams, Progress};
+use octex_build::{BuildError, BuildParams, LiveError, LiveIndex, Progress};
 use octex_index::{IndexError, Metric, VectorDtype};
 use octex_search::{Backend, IdFilter, Index, ParamsFrom, SearchError, SearchParams, SharedIndex};
 
@@ -43,6 +45,14 @@ fn build_error(e: BuildError) -> PyErr {
         BuildError::Search { source, .. } => search_error(source),
         BuildError::Index(e) => index_error(e),
         e @ BuildError::Gpu(_) => PyRuntimeError::new_err(e.to_string()),
+        e => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn live_error(e: LiveError) -> PyErr {
+    match e {
+        LiveError::Build(e) => build_error(e),
+        LiveError::Search(e) => search_error(e),
         e => PyValueError::new_err(e.to_string()),
     }
 }
@@ -135,15 +145,35 @@ impl PySearchParams {
 /// A loaded or built index. Search it on the CPU or the GPU; save it.
 #[pyclass(module = "octex._octex", name = "Index")]
 struct PyIndex {
-    /// The index, its GPU searcher once opened, and its tuned parameters.
+    /// The index as built or loaded, its GPU searcher once opened, and its
+    /// tuned parameters.
     shared: SharedIndex,
+    /// From the first add or remove on: the index with its adds, removes
+    /// and user ids, searched on the CPU.
+    live: Option<LiveIndex>,
 }
 
 impl PyIndex {
     fn new(index: Index) -> Self {
         PyIndex {
             shared: SharedIndex::new(index),
+            live: None,
         }
+    }
+
+    /// The index searched now (with its inserted vectors, once live).
+    fn current(&self) -> &Index {
+        match &self.live {
+            Some(live) => live.index(),
+            None => self.shared.index(),
+        }
+    }
+
+    /// The living index, made on first use (user ids = positions).
+    fn live_mut(&mut self) -> &mut LiveIndex {
+        let shared = &self.shared;
+        self.live
+            .get_or_insert_with(|| LiveIndex::new(shared.index().clone(), BuildParams::default()))
     }
 
     /// The parameters of a search: `params`, the defaults, or (with
@@ -175,15 +205,128 @@ impl PyIndex {
         Ok(PyIndex::new(index))
     }
 
-    /// Write the index atomically (temporary file, fsync, rename).
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.shared.index().raw().save(&path))
-            .map_err(index_error)
+    /// Write the index atomically (temporary file, fsync, rename). After
+    /// adds, pending vectors are inserted first; an index with removals or
+    /// user ids other than positions cannot be written yet (the file would
+    /// lose them): a `RuntimeError` says so and nothing is written.
+    fn save(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        if let Some(live) = &mut self.live {
+            py.detach(|| live.flush()).map_err(live_error)?;
+            if !live.ids_are_positions() {
+                return Err(PyRuntimeError::new_err(
+                    "this index has removals or user ids of its own, which the index file \
+                     cannot hold yet: nothing was written",
+                ));
+            }
+        }
+        let index = self.current();
+        py.detach(|| index.raw().save(&path)).map_err(index_error)
     }
 
-    /// Vectors in the index.
+    /// Live vectors in the index (added, not removed).
     fn __len__(&self) -> usize {
-        self.shared.index().len()
+        match &self.live {
+            Some(live) => live.len(),
+            None => self.shared.index().len(),
+        }
+    }
+
+    /// Whether the index has had adds or removes (its searches then run on
+    /// the CPU and return user ids, `uint64`).
+    #[getter]
+    fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+
+    /// Add a `float32` C-contiguous `(n, dim)` array with `ids` (`uint64`,
+    /// or the next free ids); returns the ids. A duplicate id or a vector the
+    /// metric cannot take refuses the whole batch.
+    #[pyo3(signature = (vectors, ids=None))]
+    fn add<'py>(
+        &mut self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: Option<PyReadonlyArray1<'py, u64>>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let values = vectors
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("vectors must be C-contiguous"))?;
+        if vectors.shape()[1] != self.current().dim() {
+            return Err(PyValueError::new_err(format!(
+                "vectors have dimension {}, the index {}",
+                vectors.shape()[1],
+                self.current().dim()
+            )));
+        }
+        let ids = match &ids {
+            Some(a) => Some(
+                a.as_slice()
+                    .map_err(|_| PyValueError::new_err("ids must be contiguous"))?,
+            ),
+            None => None,
+        };
+        let live = self.live_mut();
+        let out = py.detach(|| live.add(values, ids)).map_err(live_error)?;
+        Ok(out.into_pyarray(py))
+    }
+
+    /// Remove `ids` (`uint64`); returns how many were in the index.
+    fn remove(&mut self, ids: PyReadonlyArray1<'_, u64>) -> PyResult<usize> {
+        let ids = ids
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("ids must be contiguous"))?;
+        Ok(self.live_mut().remove(ids))
+    }
+
+    /// Insert the vectors still waiting into the index itself.
+    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
+        match &mut self.live {
+            Some(live) => py.detach(|| live.flush()).map_err(live_error),
+            None => Ok(()),
+        }
+    }
+
+    /// [`PyIndex::search`] of a live index: user ids (`uint64`, missing
+    /// entries `2**64 - 1`), on the CPU; `allowed`: user ids.
+    #[pyo3(signature = (queries, k=10, params=None, recall=None, allowed=None))]
+    #[allow(clippy::type_complexity)]
+    fn search_live<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        params: Option<PySearchParams>,
+        recall: Option<f64>,
+        allowed: Option<PyReadonlyArray1<'py, u64>>,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        let Some(live) = &self.live else {
+            return Err(PyValueError::new_err(
+                "the index has had no adds or removes",
+            ));
+        };
+        let nq = queries.shape()[0];
+        let values = queries
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let (p, advice) = py
+            .detach(|| self.params_for(recall, params, k, values))
+            .map_err(search_error)?;
+        if let Some(advice) = advice {
+            warn(py, &advice)?;
+        }
+        let allowed = match &allowed {
+            Some(a) => Some(
+                a.as_slice()
+                    .map_err(|_| PyValueError::new_err("allowed ids must be contiguous"))?,
+            ),
+            None => None,
+        };
+        let res = py
+            .detach(|| live.search(values, k, &p, allowed))
+            .map_err(live_error)?;
+        let ids = Array2::from_shape_vec((nq, k), res.ids).expect("nq x k results");
+        let dists = Array2::from_shape_vec((nq, k), res.distances).expect("nq x k results");
+        Ok((ids.into_pyarray(py), dists.into_pyarray(py)))
     }
 
     /// Dimension of the queries it takes.
@@ -201,7 +344,7 @@ impl PyIndex {
     /// Bytes of the index (as saved).
     #[getter]
     fn nbytes(&self) -> usize {
-        self.shared.index().raw().as_bytes().len()
+        self.current().raw().as_bytes().len()
     }
 
     /// The cheapest parameters whose recall@k reaches `recall` on a sample
@@ -254,6 +397,11 @@ impl PyIndex {
         backend: &str,
         allowed: Option<PyReadonlyArray1<'py, u32>>,
     ) -> PyResult<(Bound<'py, PyArray2<u32>>, Bound<'py, PyArray2<f32>>)> {
+        if self.live.is_some() {
+            return Err(PyValueError::new_err(
+                "an index with adds or removes is searched by search_live (user ids)",
+            ));
+        }
         let backend: Backend = parse("backend", backend)?;
         let (nq, dim) = (queries.shape()[0], queries.shape()[1]);
         let values = queries
@@ -320,9 +468,9 @@ impl PyIndex {
     fn __repr__(&self) -> String {
         format!(
             "octex.Index({} vectors, dim {}, {})",
-            self.shared.index().len(),
-            self.shared.index().dim(),
-            self.shared.index().metric()
+            self.__len__(),
+            self.current().dim(),
+            self.current().metric()
         )
     }
 }

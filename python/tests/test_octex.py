@@ -218,3 +218,50 @@ def test_filtered_search_returns_only_allowed_ids(index, data):
         index.search(queries, 10, filter=np.ones(n + 1, dtype=bool))
     with pytest.raises(ValueError):
         index.search(queries, 10, filter=np.array([-1]))
+
+
+def test_add_remove_and_user_ids(tmp_path):
+    base = clustered(6000, 24, 11)
+    queries = base[::97] + 0.01
+    index = octex.build(base[:3000], "l2", copies=8, progress=False)
+    assert not index._inner.is_live
+    # Default ids continue from the built vectors; given ids are kept.
+    ids = index.add(base[3000:4500])
+    assert ids.dtype == np.uint64 and (ids == np.arange(3000, 4500)).all()
+    given = np.arange(10**12, 10**12 + 1500)
+    assert (index.add(base[4500:], ids=given) == given).all()
+    assert len(index) == 6000
+    with pytest.raises(ValueError, match="already"):
+        index.add(base[:2], ids=[0, 99])
+    with pytest.raises(ValueError):
+        index.add(base[:2, :5])
+    assert len(index) == 6000, "a refused add adds nothing"
+    user = np.concatenate([np.arange(4500), given]).astype(np.uint64)
+    found, dists = index.search(queries, 10)
+    assert found.dtype == np.uint64
+    assert recall(found, user[exact(base, queries, 10)]) >= 0.95
+    # Removed ids never come back; the rest is still found.
+    gone = user[::10]
+    assert index.remove(gone) == len(gone) and index.remove(gone) == 0
+    assert len(index) == 6000 - len(gone)
+    found, _ = index.search(queries, 10)
+    assert not np.isin(found, gone).any()
+    keep = np.setdiff1d(np.arange(6000), np.arange(0, 6000, 10))
+    assert recall(found, user[keep[exact(base[keep], queries, 10)]]) >= 0.95
+    # Filters speak user ids.
+    allowed = given[::3]
+    found, _ = index.search(queries, 5, filter=allowed)
+    assert np.isin(found[found != 2**64 - 1], allowed).all()
+    # The file cannot hold removals or user ids yet: nothing is written.
+    path = tmp_path / "live.octex"
+    with pytest.raises(RuntimeError, match="nothing was written"):
+        index.save(path)
+    assert not path.exists()
+    # Adds alone (ids = positions) save and load with every vector.
+    plain = octex.build(base[:3000], "l2", copies=8, progress=False)
+    plain.add(base[3000:])
+    plain.save(path)
+    again = octex.Index.load(path)
+    assert len(again) == 6000
+    found, _ = again.search(queries, 10, backend="cpu")
+    assert recall(found, exact(base, queries, 10)) >= 0.95

@@ -134,6 +134,19 @@ impl LiveIndex {
         self.index.metric()
     }
 
+    /// Whether the index alone says everything: nothing pending, nothing
+    /// removed, and each vector's user id its position (an index file holds
+    /// no more than that).
+    pub fn ids_are_positions(&self) -> bool {
+        self.pending_ids.is_empty()
+            && self.live.count() == self.index.len()
+            && self
+                .built_ids
+                .iter()
+                .enumerate()
+                .all(|(i, &id)| id == i as u64)
+    }
+
     /// Vectors waiting to be built into the index.
     pub fn pending(&self) -> usize {
         self.pending_ids.len()

@@ -88,14 +88,17 @@ enum OctexStatus octex_build(const DLTensor *base,
 // `path` is NUL-terminated; `out` is a valid pointer.
 enum OctexStatus octex_load(const char *path, struct OctexIndex **out);
 
-// Write the index to `path` atomically.
+// Write the index to `path` atomically. After adds, the waiting vectors
+// are inserted first; an index with removals or user ids other than
+// positions cannot be written yet (the file would lose them):
+// `OCTEX_STATUS_INVALID_ARGUMENT` and nothing is written.
 //
 // # Safety
-// `index` comes from `octex_build`/`octex_load` and is not freed; `path` is
-// NUL-terminated.
-enum OctexStatus octex_save(const struct OctexIndex *index, const char *path);
+// `index` comes from `octex_build`/`octex_load`, is not freed and not used
+// by another thread during the call; `path` is NUL-terminated.
+enum OctexStatus octex_save(struct OctexIndex *index, const char *path);
 
-// Vectors in the index (0 for null).
+// Live vectors in the index: built or added, not removed (0 for null).
 //
 // # Safety
 // `index` is null or a live index.
@@ -131,6 +134,50 @@ enum OctexStatus octex_search(struct OctexIndex *index,
 // `index` is null or comes from `octex_build`/`octex_load` and is not used
 // again.
 void octex_free(struct OctexIndex *index);
+
+// Add `vectors` (`float32`, `(n, dim)`) with `ids` (`n` values; null: the
+// next free ids). The ids given to the vectors are written to `out_ids`
+// (`n` values) unless it is null. A duplicate id or a vector the metric
+// cannot take refuses the whole call and adds nothing.
+//
+// # Safety
+// `index` is a live index not used by another thread during the call;
+// `vectors` is a valid DLTensor; `ids` and `out_ids` are null or hold `n`
+// values.
+enum OctexStatus octex_add(struct OctexIndex *index,
+                           const DLTensor *vectors,
+                           const uint64_t *ids,
+                           uint64_t *out_ids);
+
+// Remove `count` ids; `*removed` (unless null) is how many were in the
+// index. None of them is a search result from the call's return on.
+//
+// # Safety
+// `index` is a live index not used by another thread during the call;
+// `ids` holds `count` values; `removed` is null or valid.
+enum OctexStatus octex_remove(struct OctexIndex *index,
+                              const uint64_t *ids,
+                              size_t count,
+                              size_t *removed);
+
+// Search by user id, on the CPU: the `k` nearest of each query (`float32`,
+// `(nq, dim)`) among the ids in `allowed` (`n_allowed` values; null: all),
+// written to `ids` (`nq * k` values, `UINT64_MAX` where fewer exist) and
+// `distances` (`nq * k`, infinity there). Before any add or remove the
+// user ids are the positions. `params` null: the defaults.
+//
+// # Safety
+// `index` is a live index not used by another thread during the call;
+// `queries` is a valid DLTensor; `allowed` holds `n_allowed` values (or is
+// null); `ids` and `distances` hold `nq * k` writable values.
+enum OctexStatus octex_search_ids(struct OctexIndex *index,
+                                  const DLTensor *queries,
+                                  size_t k,
+                                  const struct OctexSearchParams *params,
+                                  const uint64_t *allowed,
+                                  size_t n_allowed,
+                                  uint64_t *ids,
+                                  float *distances);
 
 #ifdef __cplusplus
 }  // extern "C"

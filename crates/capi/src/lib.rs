@@ -15,6 +15,9 @@
 //!   `gpu` feature, in CUDA device memory (`kDLCUDA`: copied to the host and
 //!   back, said in the docs of `octex_search`).
 //!
+//! Adds, removes and user ids (`octex_add`, `octex_remove`,
+//! `octex_search_ids`, in `live.rs`) take plain `uint64_t` arrays.
+//!
 //! Place in the pipeline: beside the Python package, on top of the Rust API.
 //! Host tensors are read in place (no copy). No Rust panic crosses the boundary: each entry point catches it and
 //! returns `OCTEX_STATUS_INTERNAL`.
@@ -27,6 +30,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use octex_build::BuildParams;
 use octex_index::Metric;
 use octex_search::{Backend, Index, Queries, SearchError, SearchParams, SharedIndex};
+
+mod live;
+pub use live::{octex_add, octex_remove, octex_search_ids};
 
 /// The result of every call.
 #[repr(C)]
@@ -72,6 +78,18 @@ impl From<OctexSearchParams> for SearchParams {
 /// `SharedIndex`, the handle the Python binding holds too).
 pub struct OctexIndex {
     shared: SharedIndex,
+    /// From the first add or remove on: the index with its adds, removes
+    /// and user ids (searched by `octex_search_ids`, on the CPU).
+    live: Option<octex_build::LiveIndex>,
+}
+
+impl OctexIndex {
+    fn new(index: Index) -> Self {
+        OctexIndex {
+            shared: SharedIndex::new(index),
+            live: None,
+        }
+    }
 }
 
 /// DLPack's device (see the header).
@@ -418,9 +436,7 @@ pub unsafe extern "C" fn octex_build(
             ..Default::default()
         };
         let built = octex_build::build(&values, dim, metric, &params)?;
-        let index = Box::new(OctexIndex {
-            shared: SharedIndex::new(Index::new(built.index)),
-        });
+        let index = Box::new(OctexIndex::new(Index::new(built.index)));
         // SAFETY: `out` is valid (checked non-null; the caller's contract).
         unsafe { *out = Box::into_raw(index) };
         Ok(())
@@ -449,40 +465,56 @@ pub unsafe extern "C" fn octex_load(path: *const c_char, out: *mut *mut OctexInd
         }
         // SAFETY: the caller's contract.
         let path = unsafe { text(path, "path") }?;
-        let index = Box::new(OctexIndex {
-            shared: SharedIndex::new(Index::load(path)?),
-        });
+        let index = Box::new(OctexIndex::new(Index::load(path)?));
         // SAFETY: `out` is valid.
         unsafe { *out = Box::into_raw(index) };
         Ok(())
     })
 }
 
-/// Write the index to `path` atomically.
+/// Write the index to `path` atomically. After adds, the waiting vectors
+/// are inserted first; an index with removals or user ids other than
+/// positions cannot be written yet (the file would lose them):
+/// `OCTEX_STATUS_INVALID_ARGUMENT` and nothing is written.
 ///
 /// # Safety
-/// `index` comes from `octex_build`/`octex_load` and is not freed; `path` is
-/// NUL-terminated.
+/// `index` comes from `octex_build`/`octex_load`, is not freed and not used
+/// by another thread during the call; `path` is NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn octex_save(index: *const OctexIndex, path: *const c_char) -> OctexStatus {
+pub unsafe extern "C" fn octex_save(index: *mut OctexIndex, path: *const c_char) -> OctexStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let ix = unsafe { index.as_ref() }.ok_or_else(|| invalid("index is null"))?;
+        let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
         let path = unsafe { text(path, "path") }?;
-        ix.shared.index().raw().save(path)?;
+        match &mut ix.live {
+            Some(live) => {
+                live.flush().map_err(live::failure)?;
+                if !live.ids_are_positions() {
+                    return Err(invalid(
+                        "this index has removals or user ids of its own, which the index file \
+                         cannot hold yet: nothing was written",
+                    ));
+                }
+                live.index().raw().save(path)?;
+            }
+            None => ix.shared.index().raw().save(path)?,
+        }
         Ok(())
     })
 }
 
-/// Vectors in the index (0 for null).
+/// Live vectors in the index: built or added, not removed (0 for null).
 ///
 /// # Safety
 /// `index` is null or a live index.
 #[no_mangle]
 pub unsafe extern "C" fn octex_len(index: *const OctexIndex) -> usize {
     // SAFETY: the caller's contract.
-    unsafe { index.as_ref() }.map_or(0, |i| i.shared.index().len())
+    unsafe { index.as_ref() }.map_or(0, |i| match &i.live {
+        Some(live) => live.len(),
+        None => i.shared.index().len(),
+    })
 }
 
 /// Dimension of the vectors the index takes (0 for null).
@@ -523,6 +555,11 @@ pub unsafe extern "C" fn octex_search(
             Some(p) => SearchParams::from(*p),
             None => SearchParams::default(),
         };
+        if ix.live.is_some() {
+            return Err(invalid(
+                "an index with adds or removes is searched by octex_search_ids (user ids)",
+            ));
+        }
         let backend = parse_backend(backend)?.resolve()?;
         // SAFETY: the caller's contract.
         let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;

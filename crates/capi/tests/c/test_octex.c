@@ -1,6 +1,6 @@
 /* The C API from C: build over a Gaussian mixture, search, check the result
-   against brute force, save, load, search again, and the refusals (status
-   codes and messages). Exits 0 when every check holds; prints a summary
+   against brute force, save, load, search again, the refusals (status
+   codes and messages), and adds, removes and searches by user id. Exits 0 when every check holds; prints a summary
    line. `cargo test` compiles it (build.rs, with -Wall -Wextra -Werror) and
    calls octex_c_test_main from tests/c_program.rs; define
    OCTEX_C_TEST_STANDALONE for a program of its own: test_octex TMPDIR */
@@ -131,6 +131,44 @@ int octex_c_test_main(int argc, char** argv) {
   snprintf(path, sizeof path, "%s/missing.octex", dir);
   CHECK(octex_load(path, &none) == OCTEX_STATUS_IO && none == NULL, "missing file");
   CHECK(octex_search_params_default().waves == 3, "defaults");
+
+  /* Adds, removes and user ids: the queries join the index as vectors. */
+  uint64_t new_ids[NQ], got[NQ];
+  for (int i = 0; i < NQ; i++) new_ids[i] = 1000000u + (uint64_t)i;
+  CHECK(octex_add(index, &tq, new_ids, got) == OCTEX_STATUS_OK, "add");
+  CHECK(got[NQ - 1] == new_ids[NQ - 1], "ids kept");
+  CHECK(octex_len(index) == N + NQ, "len after add %zu", octex_len(index));
+  CHECK(octex_add(index, &tq, new_ids, NULL) == OCTEX_STATUS_INVALID_ARGUMENT, "duplicate ids");
+  CHECK(strstr(octex_last_error(), "already") != NULL, "message: %s", octex_last_error());
+  CHECK(octex_len(index) == N + NQ, "a refused add adds nothing");
+  static uint64_t uids[NQ * K];
+  CHECK(octex_search_ids(index, &tq, K, NULL, NULL, 0, uids, dist) == OCTEX_STATUS_OK, "search by id");
+  int self = 0;
+  for (int i = 0; i < NQ; i++) self += uids[i * K] == new_ids[i];
+  CHECK(self >= NQ - NQ / 20, "%d of %d added vectors found themselves", self, NQ);
+  size_t removed = 0;
+  CHECK(octex_remove(index, new_ids, NQ, &removed) == OCTEX_STATUS_OK && removed == NQ, "remove");
+  CHECK(octex_len(index) == N, "len after remove");
+  CHECK(octex_search_ids(index, &tq, K, NULL, NULL, 0, uids, dist) == OCTEX_STATUS_OK, "search after remove");
+  int back = 0;
+  for (int i = 0; i < NQ * K; i++) back += uids[i] >= 1000000u && uids[i] != UINT64_MAX;
+  CHECK(back == 0, "%d removed ids came back", back);
+  uint64_t allow[3] = {1, 2, 3};
+  CHECK(octex_search_ids(index, &tq, K, NULL, allow, 3, uids, dist) == OCTEX_STATUS_OK, "filtered");
+  int outside = 0;
+  for (int i = 0; i < NQ * K; i++) outside += uids[i] != UINT64_MAX && (uids[i] < 1 || uids[i] > 3);
+  CHECK(outside == 0 && uids[3] == UINT64_MAX, "only allowed ids, padded");
+  CHECK(octex_search(index, &tq, K, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "positions after a remove");
+  /* One vector with an id of its own: the file cannot hold it yet. */
+  int64_t one[2] = {1, DIM};
+  DLTensor t1 = matrix(queries, one, kDLFloat);
+  uint64_t own = 5000000u;
+  CHECK(octex_add(index, &t1, &own, NULL) == OCTEX_STATUS_OK, "add one");
+  snprintf(path, sizeof path, "%s/live.octex", dir);
+  CHECK(octex_save(index, path) == OCTEX_STATUS_INVALID_ARGUMENT, "a save that would lose ids");
+  FILE* written = fopen(path, "rb");
+  CHECK(written == NULL, "nothing written");
+  if (written) fclose(written);
 
   octex_free(index);
   octex_free(again);

@@ -22,7 +22,7 @@ use octex_search::SearchParams;
 use rayon::prelude::*;
 
 use crate::check::ROW_CHECK_K;
-use crate::params::ResolvedParams;
+use crate::params::{default_reverse_entries, ResolvedParams};
 use crate::search_rows::{
     DEEP_PASS_BELOW, DEEP_PASS_START_POINTS, DEEP_PASS_WAVES, PASS2_START_POINTS, PASS2_WAVES,
 };
@@ -49,7 +49,7 @@ pub struct InsertShape {
 
 impl InsertShape {
     /// The shape in `parts`' build parameters (indexes written before they
-    /// were recorded: half the row is head, half the row's sources).
+    /// were recorded: half the row is head, the default reverse sources).
     pub fn of(parts: &IndexParts) -> Self {
         let row_len = parts.header.row_len as usize;
         match serde_json::from_str::<ResolvedParams>(&parts.header.build_params) {
@@ -61,7 +61,7 @@ impl InsertShape {
             Err(_) => Self {
                 row_len,
                 forward_head: row_len / 2,
-                reverse_source: (row_len / 2).max(1),
+                reverse_source: default_reverse_entries(row_len).max(1),
             },
         }
     }

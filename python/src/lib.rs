@@ -169,6 +169,28 @@ impl PyIndex {
         }
     }
 
+    /// The queries' values and the parameters to search them with (see
+    /// [`PyIndex::params_for`]), warning with a tuning's advice.
+    fn prepare<'a>(
+        &self,
+        py: Python<'_>,
+        queries: &'a PyReadonlyArray2<'_, f32>,
+        k: usize,
+        recall: Option<f64>,
+        params: Option<PySearchParams>,
+    ) -> PyResult<(&'a [f32], SearchParams)> {
+        let values = queries
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let (p, advice) = py
+            .detach(|| self.params_for(recall, params, k, values))
+            .map_err(search_error)?;
+        if let Some(advice) = advice {
+            warn(py, &advice)?;
+        }
+        Ok((values, p))
+    }
+
     /// The living index, made on first use (user ids = positions).
     fn live_mut(&mut self) -> &mut LiveIndex {
         let shared = &self.shared;
@@ -305,15 +327,7 @@ impl PyIndex {
             ));
         };
         let nq = queries.shape()[0];
-        let values = queries
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
-        let (p, advice) = py
-            .detach(|| self.params_for(recall, params, k, values))
-            .map_err(search_error)?;
-        if let Some(advice) = advice {
-            warn(py, &advice)?;
-        }
+        let (values, p) = self.prepare(py, &queries, k, recall, params)?;
         let allowed = match &allowed {
             Some(a) => Some(
                 a.as_slice()
@@ -324,9 +338,7 @@ impl PyIndex {
         let res = py
             .detach(|| live.search(values, k, &p, allowed))
             .map_err(live_error)?;
-        let ids = Array2::from_shape_vec((nq, k), res.ids).expect("nq x k results");
-        let dists = Array2::from_shape_vec((nq, k), res.distances).expect("nq x k results");
-        Ok((ids.into_pyarray(py), dists.into_pyarray(py)))
+        result_arrays(py, nq, k, res.ids, res.distances)
     }
 
     /// Dimension of the queries it takes.
@@ -404,15 +416,7 @@ impl PyIndex {
         }
         let backend: Backend = parse("backend", backend)?;
         let (nq, dim) = (queries.shape()[0], queries.shape()[1]);
-        let values = queries
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
-        let (p, advice) = py
-            .detach(|| self.params_for(recall, params, k, values))
-            .map_err(search_error)?;
-        if let Some(advice) = advice {
-            warn(py, &advice)?;
-        }
+        let (values, p) = self.prepare(py, &queries, k, recall, params)?;
         let filter = match &allowed {
             Some(ids) => {
                 let ids = ids
@@ -434,9 +438,7 @@ impl PyIndex {
                 }
             })
             .map_err(search_error)?;
-        let ids = Array2::from_shape_vec((nq, k), res.ids).expect("nq x k results");
-        let dists = Array2::from_shape_vec((nq, k), res.distances).expect("nq x k results");
-        Ok((ids.into_pyarray(py), dists.into_pyarray(py)))
+        result_arrays(py, nq, k, res.ids, res.distances)
     }
 
     /// Seconds per call of the Rust search alone (CPU, default parameters)
@@ -557,6 +559,23 @@ fn build(
         })
         .map_err(build_error)?;
     Ok(PyIndex::new(Index::new(built.index)))
+}
+
+/// Results as `(nq, k)` arrays (ids, distances).
+#[allow(clippy::type_complexity)]
+fn result_arrays<'py, T: numpy::Element>(
+    py: Python<'py>,
+    nq: usize,
+    k: usize,
+    ids: Vec<T>,
+    distances: Vec<f32>,
+) -> PyResult<(Bound<'py, PyArray2<T>>, Bound<'py, PyArray2<f32>>)> {
+    let shape = |e: numpy::ndarray::ShapeError| {
+        PyRuntimeError::new_err(format!("internal: results of {nq} x {k}: {e}"))
+    };
+    let ids = Array2::from_shape_vec((nq, k), ids).map_err(shape)?;
+    let distances = Array2::from_shape_vec((nq, k), distances).map_err(shape)?;
+    Ok((ids.into_pyarray(py), distances.into_pyarray(py)))
 }
 
 /// A Python `UserWarning` with `message`.

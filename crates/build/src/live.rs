@@ -83,7 +83,8 @@ impl LiveIndex {
     /// A living index over `index` (ids `0..n`); `params` build it again.
     pub fn new(index: octex_search::Index, params: BuildParams) -> Self {
         let n = index.len() as u64;
-        Self::with_ids(index, params, (0..n).collect()).expect("ids 0..n are distinct")
+        let slots = (0..n).map(|i| (i, Slot::Built(i as u32))).collect();
+        Self::assemble(index, params, (0..n).collect(), slots)
     }
 
     /// [`LiveIndex::new`] with the user id of each built vector.
@@ -104,8 +105,19 @@ impl LiveIndex {
                 return Err(LiveError::DuplicateId(id));
             }
         }
+        Ok(Self::assemble(index, params, ids, slots))
+    }
+
+    /// A living index over `index` whose vectors have the distinct `ids`
+    /// (`slots`: each id's place).
+    fn assemble(
+        index: octex_search::Index,
+        params: BuildParams,
+        ids: Vec<u64>,
+        slots: HashMap<u64, Slot>,
+    ) -> Self {
         let next_id = ids.iter().max().map_or(0, |m| m + 1);
-        Ok(Self {
+        Self {
             live: IdFilter::all(index.len()),
             index,
             params,
@@ -114,7 +126,7 @@ impl LiveIndex {
             pending_ids: Vec::new(),
             slots,
             next_id,
-        })
+        }
     }
 
     /// Live vectors (added, not removed).

@@ -443,6 +443,18 @@ pub unsafe extern "C" fn octex_build(
     })
 }
 
+/// `params`, or the defaults when null.
+///
+/// # Safety
+/// `params` is null or valid.
+unsafe fn params_or_default(params: *const OctexSearchParams) -> SearchParams {
+    // SAFETY: the caller's contract.
+    match unsafe { params.as_ref() } {
+        Some(p) => SearchParams::from(*p),
+        None => SearchParams::default(),
+    }
+}
+
 fn parse_backend(backend: *const c_char) -> Result<Backend, Failure> {
     if backend.is_null() {
         return Ok(Backend::Auto);
@@ -551,10 +563,7 @@ pub unsafe extern "C" fn octex_search(
         // SAFETY: the caller's contract.
         let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
-        let p = match unsafe { params.as_ref() } {
-            Some(p) => SearchParams::from(*p),
-            None => SearchParams::default(),
-        };
+        let p = unsafe { params_or_default(params) };
         if ix.live.is_some() {
             return Err(invalid(
                 "an index with adds or removes is searched by octex_search_ids (user ids)",

@@ -4,7 +4,7 @@
 //! searched by [`octex_search_ids`] on the CPU.
 
 use octex_build::{LiveError, LiveIndex};
-use octex_search::{IdFilter, SearchParams};
+use octex_search::IdFilter;
 
 use crate::{guard, invalid, read_f32, Failure, OctexIndex, OctexSearchParams, OctexStatus};
 
@@ -131,10 +131,7 @@ pub unsafe extern "C" fn octex_search_ids(
         // SAFETY: the caller's contract.
         let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
-        let p = match unsafe { params.as_ref() } {
-            Some(p) => SearchParams::from(*p),
-            None => SearchParams::default(),
-        };
+        let p = unsafe { crate::params_or_default(params) };
         // SAFETY: the caller's contract.
         let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;
         if ids.is_null() || distances.is_null() {

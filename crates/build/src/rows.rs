@@ -75,7 +75,7 @@ pub fn order_by_detours(ids: &mut [u32], dists: &mut [f32], k: usize) {
                     // one load a lookup, no probing (a hash table of the
                     // list took four times as long).
                     vec![0u16; n],
-                    vec![0u32; k + 1],
+                    vec![0u32; k + SPARE_SLOTS],
                     Vec::with_capacity(k),
                     vec![0f32; k],
                 )
@@ -97,10 +97,12 @@ pub fn order_by_detours(ids: &mut [u32], dists: &mut [f32], k: usize) {
                     // Only ranks m < j can count, and j < k.
                     for (m, &v) in of_w.iter().enumerate().take(k - 1) {
                         // Ids absent from the list, and padding, count
-                        // into the spare slot `k`.
+                        // into a spare slot past `k`, one of several so
+                        // that successive misses do not wait on each other.
+                        let spare = k + m % SPARE_SLOTS;
                         let j = match v {
-                            PAD_ID => k,
-                            v => (rank_of[v as usize] as usize).wrapping_sub(1).min(k),
+                            PAD_ID => spare,
+                            v => (rank_of[v as usize] as usize).wrapping_sub(1).min(spare),
                         };
                         detours[j] += u32::from(i.max(m) < j);
                     }
@@ -124,6 +126,9 @@ pub fn order_by_detours(ids: &mut [u32], dists: &mut [f32], k: usize) {
             },
         );
 }
+
+/// Slots past the list that [`order_by_detours`] counts misses into.
+const SPARE_SLOTS: usize = 8;
 
 /// Longest forward list [`order_by_detours`] reorders (its ranks are held
 /// in 16 bits).

@@ -309,5 +309,14 @@ fn one_pass(
             }
         }
     }
-    forward_lists(&mut searcher(index, false)?, x, dim, k, p, pb)
+    let t = std::time::Instant::now();
+    let found = forward_lists(&mut searcher(index, false)?, x, dim, k, p, pb)?;
+    tracing::debug!(
+        start_points = p.start_points,
+        waves = p.waves,
+        rerank = p.rerank,
+        seconds = t.elapsed().as_secs_f64(),
+        "row search pass"
+    );
+    Ok(found)
 }

@@ -409,6 +409,7 @@ fn insert_into_ripples(
         }
     };
     let total = n0 + b;
+    let decode = octex_lattice::decoder::best_decode();
     chunks.into_par_iter().enumerate().for_each_init(
         || vec![u32::MAX; total],
         |slot, (c, chunk)| {
@@ -427,7 +428,7 @@ fn insert_into_ripples(
                 let (so, cap) = (e.slot_offset as usize, e.capacity as usize);
                 let inv = 1.0f32 / map.spacings[s];
                 for v in 0..b {
-                    let d = map.decode(&z[v * cd..(v + 1) * cd], c, s, &mut coords[..cd]);
+                    let d = decode(map, &z[v * cd..(v + 1) * cd], c, s, &mut coords[..cd]);
                     let key = octex_lattice::fragment_key(&coords[..cd]);
                     let Some(ord) = table::lookup(&keys[so..so + cap], &slots[so..so + cap], key)
                     else {

@@ -270,7 +270,7 @@ fn stored_fragments(map: &CopyMap, copy: usize, z: &[f32], s: usize, pmin: usize
 pub(crate) fn centre_of(map: &CopyMap, copy: usize, s: usize, z_row: &[f32], centre: &mut [f32]) {
     let mut coords = [0i32; 64];
     let cd = map.copy_dim();
-    map.decode(z_row, copy, s, &mut coords[..cd]);
+    octex_lattice::decoder::best_decode()(map, z_row, copy, s, &mut coords[..cd]);
     map.centre(&coords[..cd], copy, s, centre);
 }
 

@@ -283,7 +283,7 @@ impl CopyMap {
     pub fn fragment(&self, z: &[f32], copy: usize, s: usize) -> (FragmentKey, f32) {
         let mut coords = [0i32; 64];
         let cd = self.copy_dim();
-        let d = self.decode(z, copy, s, &mut coords[..cd]);
+        let d = crate::decoder::best_decode()(self, z, copy, s, &mut coords[..cd]);
         (FragmentKey::from_doubled(&coords[..cd]), d)
     }
 

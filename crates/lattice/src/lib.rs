@@ -10,7 +10,9 @@
 //!   apart;
 //! - [`copymap`]: the *copy map* of an index: `C` random orthonormal projections
 //!   drawn from the top principal subspace, a uniform shift per copy and the
-//!   spacings, with batched projection of many vectors.
+//!   spacings, with batched projection of many vectors;
+//! - [`decoder`]: [`CopyMap::decode`] with AVX2 where the CPU has it, the
+//!   decoder the search's first round and the builder's fragments call.
 //!
 //! Place in the pipeline: `octex-build` fits the mean and principal basis and
 //! asks this crate for the copies; `octex-index` stores them; `octex-search` and
@@ -20,6 +22,7 @@
 //! re-exported here.
 
 pub mod copymap;
+pub mod decoder;
 pub use octex_core::{e8, key};
 mod rng;
 

@@ -27,11 +27,11 @@ use octex_index::{Index, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
 
-use crate::decode::DecodeFn;
 use crate::filter::IdFilter;
 use crate::plan::SearchPlan;
 use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
+use octex_lattice::decoder::DecodeFn;
 
 #[derive(Clone, Copy, Debug)]
 struct Cand {
@@ -107,7 +107,7 @@ pub(crate) struct Engine {
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
     pub seeds: Vec<u32>,
-    /// The first round's decoder ([`crate::decode`]).
+    /// The first round's decoder ([`octex_lattice::decoder`]).
     pub decode: DecodeFn,
 }
 
@@ -332,7 +332,7 @@ impl Engine {
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),
-            decode: crate::decode::best_decode(),
+            decode: octex_lattice::decoder::best_decode(),
         }
     }
 

@@ -60,7 +60,7 @@ impl Index {
     pub fn force_portable_kernel(&mut self) -> Result<(), SearchError> {
         let inner = std::sync::Arc::get_mut(&mut self.0).ok_or(SearchError::IndexShared)?;
         inner.engine.kernel = simd::sketch_dot_portable;
-        inner.engine.decode = crate::decode::decode_portable;
+        inner.engine.decode = octex_lattice::decoder::decode_portable;
         inner.kernel_name = "portable";
         Ok(())
     }

@@ -46,7 +46,6 @@
 
 mod backend;
 mod cpu;
-mod decode;
 mod engine;
 mod filter;
 #[cfg(feature = "gpu")]

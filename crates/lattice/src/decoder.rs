@@ -1,18 +1,20 @@
-//! The first round's lattice decode on the CPU: the E8 points of one copy's
-//! projected query at one spacing, [`CopyMap::decode`]'s arithmetic and tie
-//! rule, eight coordinates (one E8 block) per AVX2 register where the CPU has
-//! it. Tested equal to [`CopyMap::decode`], which the builder and the GPU
-//! kernels follow.
+//! The lattice decode on the CPU: the E8 points of one copy's projected
+//! vector at one spacing, [`CopyMap::decode`]'s arithmetic, tie rule and
+//! squared distance, eight coordinates (one E8 block) per AVX2 register where
+//! the CPU has it. Tested equal to [`CopyMap::decode`], which the GPU kernels
+//! follow; the search's first round and the builder's fragments both call
+//! [`best_decode`].
 
-use octex_lattice::CopyMap;
+use crate::CopyMap;
 
-/// A copy decoder: `(map, projected query of one copy, copy, spacing index,
-/// doubled E8 coordinates out)`.
-pub type DecodeFn = fn(&CopyMap, &[f32], usize, usize, &mut [i32]);
+/// A copy decoder: `(map, projected vector of one copy, copy, spacing index,
+/// doubled E8 coordinates out) -> squared distance to the point in lattice
+/// units`, as [`CopyMap::decode`].
+pub type DecodeFn = fn(&CopyMap, &[f32], usize, usize, &mut [i32]) -> f32;
 
 /// The portable decoder: [`CopyMap::decode`] itself.
-pub fn decode_portable(map: &CopyMap, z: &[f32], copy: usize, s: usize, coords: &mut [i32]) {
-    map.decode(z, copy, s, coords);
+pub fn decode_portable(map: &CopyMap, z: &[f32], copy: usize, s: usize, coords: &mut [i32]) -> f32 {
+    map.decode(z, copy, s, coords)
 }
 
 /// The fastest decoder this CPU runs.
@@ -30,7 +32,7 @@ pub fn best_decode() -> DecodeFn {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use octex_lattice::{decode_e8, CopyMap, BLOCK_DIM};
+    use crate::{decode_e8, CopyMap, BLOCK_DIM};
 
     /// Blocks with a coordinate at or beyond this magnitude (lattice units),
     /// or NaN, take the portable decoder: below it every step is exact in
@@ -43,7 +45,7 @@ mod x86 {
         copy: usize,
         s: usize,
         coords: &mut [i32],
-    ) {
+    ) -> f32 {
         let cd = map.copy_dim();
         assert!(z.len() == cd && coords.len() >= cd && map.shifts.len() >= (copy + 1) * cd);
         // SAFETY: handed out by `best_decode` only after run-time detection of
@@ -55,8 +57,15 @@ mod x86 {
     /// AVX2; `z` holds `cd` values, `coords` at least `cd`, `map.shifts` the
     /// copy's `cd`.
     #[target_feature(enable = "avx2")]
-    unsafe fn decode_avx2(map: &CopyMap, z: &[f32], copy: usize, s: usize, coords: &mut [i32]) {
+    unsafe fn decode_avx2(
+        map: &CopyMap,
+        z: &[f32],
+        copy: usize,
+        s: usize,
+        coords: &mut [i32],
+    ) -> f32 {
         let cd = map.copy_dim();
+        let mut total = 0.0f32;
         // The same two roundings as `CopyMap::decode`: z * (1 / spacing),
         // then + shift.
         let inv = _mm256_set1_ps(1.0f32 / map.spacings[s]);
@@ -72,25 +81,31 @@ mod x86 {
             if _mm256_movemask_ps(wild) != 0 {
                 let mut ya = [0f32; 8];
                 _mm256_storeu_ps(ya.as_mut_ptr(), y);
-                let (p, _) = decode_e8(&ya);
+                let (p, d) = decode_e8(&ya);
                 coords[o..o + BLOCK_DIM].copy_from_slice(&p);
+                total += d;
                 continue;
             }
-            let p = e8(y);
+            let (p, d) = e8(y);
             _mm256_storeu_si256(coords.as_mut_ptr().add(o) as *mut __m256i, p);
+            total += d;
         }
+        total
     }
 
-    /// `decode_e8`'s doubled coordinates: the nearer of the D8 point and the
-    /// coset point (D8 on ties).
+    /// `decode_e8`'s doubled coordinates and squared distance: the nearer of
+    /// the D8 point and the coset point (D8 on ties).
     #[inline(always)]
-    unsafe fn e8(x: __m256) -> __m256i {
+    unsafe fn e8(x: __m256) -> (__m256i, f32) {
         let (a, da) = d8(x);
         let (b, db) = d8(_mm256_sub_ps(x, _mm256_set1_ps(0.5)));
         if db < da {
-            _mm256_add_epi32(_mm256_slli_epi32::<1>(b), _mm256_set1_epi32(1))
+            (
+                _mm256_add_epi32(_mm256_slli_epi32::<1>(b), _mm256_set1_epi32(1)),
+                db,
+            )
         } else {
-            _mm256_slli_epi32::<1>(a)
+            (_mm256_slli_epi32::<1>(a), da)
         }
     }
 
@@ -136,7 +151,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use octex_lattice::GaussianRng;
+    use crate::GaussianRng;
     use proptest::prelude::*;
 
     /// A map with `blocks` blocks per copy, random shifts, and the spacing
@@ -162,9 +177,14 @@ mod tests {
         let cd = m.copy_dim();
         let mut want = vec![0i32; cd];
         let mut got = vec![0i32; cd];
-        m.decode(z, copy, s, &mut want);
-        best_decode()(m, z, copy, s, &mut got);
+        let want_d = m.decode(z, copy, s, &mut want);
+        let got_d = best_decode()(m, z, copy, s, &mut got);
         assert_eq!(got, want, "z {z:?} copy {copy} spacing {s}");
+        assert_eq!(
+            got_d.to_bits(),
+            want_d.to_bits(),
+            "distance: z {z:?} copy {copy} spacing {s}"
+        );
     }
 
     proptest! {

@@ -18,7 +18,9 @@
 //! index stores f16, which a rebuild keeps).
 
 use std::collections::HashMap;
+use std::path::Path;
 
+use octex_index::living::{self, LiveState, Loaded};
 use octex_index::{Metric, RerankView, PAD_ID};
 use octex_search::{IdFilter, SearchParams};
 
@@ -38,6 +40,8 @@ enum Slot {
 pub enum LiveError {
     #[error("user id {0} is already in the index")]
     DuplicateId(u64),
+    #[error("user id 2^64 - 1 is reserved (searches return it where fewer than k were found)")]
+    ReservedId,
     #[error("{ids} ids given for {vectors} vectors")]
     IdCount { ids: usize, vectors: usize },
     #[error("vectors have dimension {got}, the index has {expected}")]
@@ -53,7 +57,13 @@ pub enum LiveError {
     Build(#[from] BuildError),
     #[error(transparent)]
     Search(#[from] octex_search::SearchError),
+    #[error(transparent)]
+    File(#[from] octex_index::IndexError),
 }
+
+/// The share of removed built vectors at which [`LiveIndex::save`] builds
+/// the index again over the live ones first, reclaiming their space.
+pub const COMPACT_ON_SAVE: f64 = 0.5;
 
 /// Search results with user ids: `k` per query, `u64::MAX` and infinite
 /// distances where fewer were found.
@@ -99,6 +109,9 @@ impl LiveIndex {
                 vectors: index.len(),
             });
         }
+        if ids.contains(&u64::MAX) {
+            return Err(LiveError::ReservedId);
+        }
         let mut slots = HashMap::with_capacity(ids.len());
         for (i, &id) in ids.iter().enumerate() {
             if slots.insert(id, Slot::Built(i as u32)).is_some() {
@@ -127,6 +140,75 @@ impl LiveIndex {
             slots,
             next_id,
         }
+    }
+
+    /// Load an index file written by [`LiveIndex::save`] or a plain index
+    /// file (ids `0..n`), validated; `params` build it again.
+    pub fn load(path: &Path, params: BuildParams) -> Result<Self, LiveError> {
+        let (raw, state) = match living::load_any(path)? {
+            Loaded::Plain(raw) => {
+                return Ok(Self::new(octex_search::Index::new(raw), params));
+            }
+            Loaded::Living(raw, state) => (raw, state),
+        };
+        // `load_any` checked the sizes and that no live id repeats.
+        let n = raw.len();
+        let mut live = IdFilter::all(n);
+        let mut slots = HashMap::with_capacity(n + state.pending_ids.len());
+        for (i, &id) in state.built_ids.iter().enumerate() {
+            match state.is_removed(i) {
+                true => {
+                    live.deny(i as u32);
+                }
+                false => {
+                    slots.insert(id, Slot::Built(i as u32));
+                }
+            }
+        }
+        for (p, &id) in state.pending_ids.iter().enumerate() {
+            slots.insert(id, Slot::Pending(p));
+        }
+        Ok(Self {
+            index: octex_search::Index::new(raw),
+            params,
+            built_ids: state.built_ids,
+            live,
+            pending: state.pending,
+            pending_ids: state.pending_ids,
+            slots,
+            next_id: state.next_id,
+        })
+    }
+
+    /// Write the index and its changes atomically (a crash during the save
+    /// leaves the previous file whole): a plain index file when
+    /// [`LiveIndex::ids_are_positions`], else a living file
+    /// ([`octex_index::living`]) that [`LiveIndex::load`] reads back to the
+    /// same state. When [`COMPACT_ON_SAVE`] of the built vectors or more are
+    /// removed, the index is built again over the live ones first.
+    pub fn save(&mut self, path: &Path) -> Result<(), LiveError> {
+        let built = self.index.len();
+        if built > 0 && (built - self.live.count()) as f64 >= COMPACT_ON_SAVE * built as f64 {
+            self.rebuild()?;
+        }
+        let built = self.index.len();
+        if self.ids_are_positions() {
+            return Ok(self.index.raw().save(path)?);
+        }
+        let mut removed = vec![0u64; built.div_ceil(64)];
+        for i in 0..built {
+            if !self.live.allows(i as u32) {
+                removed[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let state = LiveState {
+            built_ids: self.built_ids.clone(),
+            removed,
+            pending_ids: self.pending_ids.clone(),
+            pending: self.pending.clone(),
+            next_id: self.next_id,
+        };
+        Ok(living::save_living(path, self.index.raw(), &state)?)
     }
 
     /// Live vectors (added, not removed).
@@ -220,6 +302,9 @@ impl LiveIndex {
             Some(ids) => ids.to_vec(),
             None => (self.next_id..self.next_id + n as u64).collect(),
         };
+        if ids.contains(&u64::MAX) {
+            return Err(LiveError::ReservedId);
+        }
         let mut seen = std::collections::HashSet::with_capacity(n);
         if let Some(&dup) = ids
             .iter()

@@ -8,6 +8,8 @@
 //!   the file and validates header, sizes, checksums and every stored id, so a
 //!   truncated, corrupted, foreign or other-version file is an [`IndexError`],
 //!   never a panic. Saving is atomic. The layout is in [`format`].
+//! - [`living`]: the living index file, a built index with the user ids,
+//!   removals and not yet inserted vectors of its adds and removes.
 //! - [`table`]: the per-(copy, spacing) open-addressing key tables.
 //! - [`vecfile`]: `fvecs`/`bvecs`/`ivecs`/`.npy` readers (memory-mapped) and
 //!   writers (atomic).
@@ -19,6 +21,7 @@
 pub mod atomic;
 pub mod format;
 mod index;
+pub mod living;
 pub mod table;
 pub mod vecfile;
 

@@ -25,6 +25,8 @@ pub enum IndexError {
     },
     #[error("{0}not an octex index (bad magic)")]
     NotAnIndex(String),
+    #[error("{0}a living index file (user ids, removals or vectors not yet inserted): load it with LiveIndex::load (Python octex.load, C octex_load)")]
+    LivingFile(String),
     #[error("{where_}index format version {found}; this build of octex reads version {supported} only: rebuild the index")]
     Version {
         where_: String,
@@ -83,6 +85,8 @@ enum Storage {
     /// `u64` words so the base is 8-byte aligned; `len` bytes are used.
     Owned(Vec<u64>, usize),
     Mapped(Mmap),
+    /// A 64-byte-aligned range of a mapped file (a living file's index).
+    MappedPart(Mmap, Range<usize>),
 }
 
 impl Storage {
@@ -90,6 +94,7 @@ impl Storage {
         match self {
             Storage::Owned(words, len) => &bytemuck::cast_slice(words)[..*len],
             Storage::Mapped(m) => m,
+            Storage::MappedPart(m, r) => &m[r.clone()],
         }
     }
 }
@@ -266,6 +271,18 @@ impl Index {
         // validated (bounds, checksums, ids) before any typed view is handed out.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Self::validate(Storage::Mapped(map), format!("{}: ", path.display()), opts)
+    }
+
+    /// The index image at `range` of a mapped file, validated as a file of
+    /// its own (`range` starts at a multiple of 64 bytes).
+    pub(crate) fn from_mapped_part(
+        map: Mmap,
+        range: Range<usize>,
+        origin: String,
+        opts: LoadOptions,
+    ) -> Result<Self, IndexError> {
+        debug_assert_eq!(range.start % SECTION_ALIGN, 0);
+        Self::validate(Storage::MappedPart(map, range), origin, opts)
     }
 
     /// Validate an index held in memory (a file's bytes, copied): what

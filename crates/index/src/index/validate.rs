@@ -48,6 +48,9 @@ impl Index {
             if bytes.len() < 8 && MAGIC.starts_with(bytes) {
                 return Err(truncated(format!("{} bytes", bytes.len())));
             }
+            if bytes.starts_with(crate::living::LIVING_MAGIC) {
+                return Err(IndexError::LivingFile(w()));
+            }
             return Err(IndexError::NotAnIndex(w()));
         }
         if bytes.len() < PREAMBLE_LEN {

@@ -117,11 +117,15 @@ class Index:
 
     @staticmethod
     def load(path) -> "Index":
-        """Load (memory-map) and validate an index file."""
+        """Load (memory-map) and validate an index file, as saved (with its
+        adds, removes and user ids)."""
         return Index(_octex.Index.load(str(path)))
 
     def save(self, path) -> None:
-        """Write the index atomically (temporary file, fsync, rename)."""
+        """Write the index atomically (temporary file, fsync, rename): a
+        crash during the save leaves the previous file whole. After adds and
+        removes the file keeps the user ids and removals, and :meth:`load`
+        gives back the same answers."""
         self._inner.save(str(path))
 
     def __len__(self) -> int:

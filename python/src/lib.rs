@@ -53,6 +53,7 @@ fn live_error(e: LiveError) -> PyErr {
     match e {
         LiveError::Build(e) => build_error(e),
         LiveError::Search(e) => search_error(e),
+        LiveError::File(e) => index_error(e),
         e => PyValueError::new_err(e.to_string()),
     }
 }
@@ -220,28 +221,31 @@ impl PyIndex {
 
 #[pymethods]
 impl PyIndex {
-    /// Load (memory-map) and validate an index file.
+    /// Load (memory-map) and validate an index file, plain or saved after
+    /// adds and removes (then searched by user id, as before the save).
     #[staticmethod]
     fn load(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let index = py.detach(|| Index::load(&path)).map_err(search_error)?;
-        Ok(PyIndex::new(index))
+        let live = py
+            .detach(|| LiveIndex::load(&path, BuildParams::default()))
+            .map_err(live_error)?;
+        let mut out = PyIndex::new(live.index().clone());
+        if !live.ids_are_positions() {
+            out.live = Some(live);
+        }
+        Ok(out)
     }
 
-    /// Write the index atomically (temporary file, fsync, rename). After
-    /// adds, pending vectors are inserted first; an index with removals or
-    /// user ids other than positions cannot be written yet (the file would
-    /// lose them): a `RuntimeError` says so and nothing is written.
+    /// Write the index atomically (temporary file, fsync, rename): a crash
+    /// during the save leaves the previous file whole. After adds and
+    /// removes the file holds the user ids, removals and vectors not yet
+    /// inserted, and `load` gives back the same answers; when half the
+    /// built vectors or more are removed, the index is rebuilt over the
+    /// live ones first.
     fn save(&mut self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         if let Some(live) = &mut self.live {
-            py.detach(|| live.flush()).map_err(live_error)?;
-            if !live.ids_are_positions() {
-                return Err(PyRuntimeError::new_err(
-                    "this index has removals or user ids of its own, which the index file \
-                     cannot hold yet: nothing was written",
-                ));
-            }
+            return py.detach(|| live.save(&path)).map_err(live_error);
         }
-        let index = self.current();
+        let index = self.shared.index();
         py.detach(|| index.raw().save(&path)).map_err(index_error)
     }
 

@@ -252,12 +252,19 @@ def test_add_remove_and_user_ids(tmp_path):
     allowed = given[::3]
     found, _ = index.search(queries, 5, filter=allowed)
     assert np.isin(found[found != 2**64 - 1], allowed).all()
-    # The file cannot hold removals or user ids yet: nothing is written.
+    # Saved with its ids and removals, loaded to the same answers.
     path = tmp_path / "live.octex"
-    with pytest.raises(RuntimeError, match="nothing was written"):
-        index.save(path)
-    assert not path.exists()
-    # Adds alone (ids = positions) save and load with every vector.
+    more = index.add(base[:40] + 0.5)
+    index.save(path)
+    back = octex.Index.load(path)
+    assert len(back) == len(index) and back._inner.is_live
+    for f in [None, allowed]:
+        a, da = index.search(queries, 10, filter=f)
+        b, db = back.search(queries, 10, filter=f)
+        assert (a == b).all() and (da == db).all()
+    assert (back.add(base[:1] + 0.7) == index.add(base[:1] + 0.7)).all()
+    assert more[0] == 10**12 + 1500, "auto ids continue after the largest id"
+    # Adds alone (ids = positions) save as a plain index file.
     plain = octex.build(base[:3000], "l2", copies=8, progress=False)
     plain.add(base[3000:])
     plain.save(path)
@@ -265,3 +272,51 @@ def test_add_remove_and_user_ids(tmp_path):
     assert len(again) == 6000
     found, _ = again.search(queries, 10, backend="cpu")
     assert recall(found, exact(base, queries, 10)) >= 0.95
+
+
+def test_kill_during_add_or_save_loses_nothing_saved(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    base = clustered(4000, 16, 13)
+    path = tmp_path / "crash.octex"
+    octex.build(base[:2000], "l2", copies=8, progress=False).save(path)
+    more = tmp_path / "more.npy"
+    np.save(more, base[2000:])
+    # The child adds 50 vectors, removes one, saves, and reports each save
+    # once it has returned; it is killed (SIGKILL) at a moment of its loop.
+    child = f"""
+import sys, numpy as np, octex
+first = int(sys.argv[1])
+index = octex.Index.load({str(path)!r})
+more = np.load({str(more)!r})
+i = 0
+while True:
+    at = (i * 50) % 2000
+    index.add(more[at:at + 50], ids=np.arange(first + i * 50, first + (i + 1) * 50))
+    index.remove([i])
+    index.save({str(path)!r})
+    print(i, len(index), flush=True)
+    i += 1
+"""
+    rng = np.random.default_rng(0)
+    for round in range(3):
+        first = 10**9 * (round + 1)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", child, str(first)], stdout=subprocess.PIPE, text=True
+        )
+        reports = [proc.stdout.readline().split() for _ in range(3 + round)]
+        time.sleep(rng.uniform(0.0, 0.1))
+        proc.kill()
+        proc.wait()
+        last, size = (int(v) for v in reports[-1])
+        back = octex.Index.load(path)
+        assert len(back) >= size, "a save reported done was lost"
+        # The last reported save's vectors are there under their ids (the
+        # same vectors may be there under the ids of earlier rounds, and
+        # of earlier turns of the loop).
+        at = (last * 50) % 2000
+        found, _ = back.search(base[2000 + at:2000 + at + 50], 8, backend="cpu")
+        want = np.arange(first + last * 50, first + (last + 1) * 50, dtype=np.uint64)
+        assert all(w in row for w, row in zip(want, found))

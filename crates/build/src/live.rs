@@ -181,12 +181,14 @@ impl LiveIndex {
     }
 
     /// Write the index and its changes atomically (a crash during the save
-    /// leaves the previous file whole): a plain index file when
+    /// leaves the previous file whole), after inserting the pending vectors
+    /// ([`LiveIndex::flush`]): a plain index file when
     /// [`LiveIndex::ids_are_positions`], else a living file
     /// ([`octex_index::living`]) that [`LiveIndex::load`] reads back to the
     /// same state. When [`COMPACT_ON_SAVE`] of the built vectors or more are
     /// removed, the index is built again over the live ones first.
     pub fn save(&mut self, path: &Path) -> Result<(), LiveError> {
+        self.flush()?;
         let built = self.index.len();
         if built > 0 && (built - self.live.count()) as f64 >= COMPACT_ON_SAVE * built as f64 {
             self.rebuild()?;

@@ -82,16 +82,19 @@ enum OctexStatus octex_build(const DLTensor *base,
                              const char *backend,
                              struct OctexIndex **out);
 
-// Load and validate an index file. On success `*out` holds a new index.
+// Load and validate an index file, plain or saved after adds and removes
+// (then searched by `octex_search_ids`, as before the save). On success
+// `*out` holds a new index.
 //
 // # Safety
 // `path` is NUL-terminated; `out` is a valid pointer.
 enum OctexStatus octex_load(const char *path, struct OctexIndex **out);
 
-// Write the index to `path` atomically. After adds, the waiting vectors
-// are inserted first; an index with removals or user ids other than
-// positions cannot be written yet (the file would lose them):
-// `OCTEX_STATUS_INVALID_ARGUMENT` and nothing is written.
+// Write the index to `path` atomically: a crash during the save leaves the
+// previous file whole. After adds and removes the file keeps the user ids
+// and removals, and `octex_load` gives back the same answers; when half the
+// built vectors or more are removed, the index is rebuilt over the live ones
+// first.
 //
 // # Safety
 // `index` comes from `octex_build`/`octex_load`, is not freed and not used

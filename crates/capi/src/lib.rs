@@ -465,7 +465,9 @@ fn parse_backend(backend: *const c_char) -> Result<Backend, Failure> {
         .map_err(|e: String| invalid(e))
 }
 
-/// Load and validate an index file. On success `*out` holds a new index.
+/// Load and validate an index file, plain or saved after adds and removes
+/// (then searched by `octex_search_ids`, as before the save). On success
+/// `*out` holds a new index.
 ///
 /// # Safety
 /// `path` is NUL-terminated; `out` is a valid pointer.
@@ -477,17 +479,23 @@ pub unsafe extern "C" fn octex_load(path: *const c_char, out: *mut *mut OctexInd
         }
         // SAFETY: the caller's contract.
         let path = unsafe { text(path, "path") }?;
-        let index = Box::new(OctexIndex::new(Index::load(path)?));
+        let live = octex_build::LiveIndex::load(path.as_ref(), Default::default())
+            .map_err(live::failure)?;
+        let mut index = Box::new(OctexIndex::new(live.index().clone()));
+        if !live.ids_are_positions() {
+            index.live = Some(live);
+        }
         // SAFETY: `out` is valid.
         unsafe { *out = Box::into_raw(index) };
         Ok(())
     })
 }
 
-/// Write the index to `path` atomically. After adds, the waiting vectors
-/// are inserted first; an index with removals or user ids other than
-/// positions cannot be written yet (the file would lose them):
-/// `OCTEX_STATUS_INVALID_ARGUMENT` and nothing is written.
+/// Write the index to `path` atomically: a crash during the save leaves the
+/// previous file whole. After adds and removes the file keeps the user ids
+/// and removals, and `octex_load` gives back the same answers; when half the
+/// built vectors or more are removed, the index is rebuilt over the live ones
+/// first.
 ///
 /// # Safety
 /// `index` comes from `octex_build`/`octex_load`, is not freed and not used
@@ -500,16 +508,7 @@ pub unsafe extern "C" fn octex_save(index: *mut OctexIndex, path: *const c_char)
         // SAFETY: the caller's contract.
         let path = unsafe { text(path, "path") }?;
         match &mut ix.live {
-            Some(live) => {
-                live.flush().map_err(live::failure)?;
-                if !live.ids_are_positions() {
-                    return Err(invalid(
-                        "this index has removals or user ids of its own, which the index file \
-                         cannot hold yet: nothing was written",
-                    ));
-                }
-                live.index().raw().save(path)?;
-            }
+            Some(live) => live.save(path.as_ref()).map_err(live::failure)?,
             None => ix.shared.index().raw().save(path)?,
         }
         Ok(())

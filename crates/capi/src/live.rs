@@ -13,6 +13,7 @@ pub(crate) fn failure(e: LiveError) -> Failure {
     match e {
         LiveError::Build(e) => e.into(),
         LiveError::Search(e) => e.into(),
+        LiveError::File(e) => e.into(),
         e => invalid(e.to_string()),
     }
 }

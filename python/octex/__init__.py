@@ -27,7 +27,7 @@ import numpy as np
 from . import _octex
 from ._octex import SearchParams, gpu_available
 
-__all__ = ["Index", "SearchParams", "build", "gpu_available", "__version__"]
+__all__ = ["Index", "SearchParams", "build", "knn", "gpu_available", "__version__"]
 __version__ = _octex.__version__
 
 
@@ -152,6 +152,19 @@ class Index:
         is returned by a search from now on."""
         return self._inner.remove(_user_ids(ids, "ids"))
 
+    def ids(self) -> np.ndarray:
+        """The ids of the live vectors (``uint64``): user ids after an add or
+        remove (or a build with ``ids=``), else ``0..len``."""
+        return self._inner.ids()
+
+    def reconstruct(self, ids) -> np.ndarray:
+        """The vectors of ``ids`` as the index holds them, ``(n, dim)``
+        ``float32``: rounded to f16 where the index stores f16, normalised
+        for ``cosine``. Ids are user ids after an add or remove (or a build
+        with ``ids=``), else positions; an id the index does not hold raises
+        ``KeyError``."""
+        return self._inner.reconstruct(_user_ids(np.atleast_1d(ids), "ids"))
+
     def flush(self) -> None:
         """Insert the added vectors still waiting into the index itself
         (searches find them either way)."""
@@ -240,6 +253,7 @@ def build(
     vectors: str = "auto",
     seed: Optional[int] = None,
     progress: Optional[Callable[[str, str, int], None]] | bool = None,
+    ids=None,
 ) -> Index:
     """Build an index over ``base`` (``(n, dim)``).
 
@@ -250,8 +264,14 @@ def build(
     unless rounding would lose neighbours of a sample). ``progress``:
     ``True`` for bars on stderr (tqdm when installed), a callable
     ``f(event, stage, value)``, or ``None``/``False`` for silence (the
-    default unless stderr is a terminal)."""
+    default unless stderr is a terminal). ``ids``: a user id (integer >= 0)
+    per row, returned by searches instead of positions (``uint64``; the
+    index then searches on the CPU, as after an add)."""
     b = _as_matrix(base, "base")
+    if ids is not None:
+        ids = _user_ids(ids, "ids")
+        if ids.shape[0] != b.shape[0]:
+            raise ValueError(f"{ids.shape[0]} ids for {b.shape[0]} vectors")
     if progress is None:
         progress = sys.stderr.isatty()
     callback = _Bars() if progress is True else (progress or None)
@@ -266,5 +286,16 @@ def build(
         vectors=vectors,
         seed=seed,
         progress=callback,
+        ids=ids,
     )
     return Index(inner)
+
+
+def knn(queries, base, k: int, metric: str = "l2") -> Tuple[np.ndarray, np.ndarray]:
+    """The exact ``k`` nearest rows of ``base`` of every query, by brute
+    force (products in f64, all cores): ``(ids, distances)``, ``(nq, k)``,
+    ids ``uint32`` (``2**32 - 1`` past the base's rows), distances squared
+    L2 (``"l2"``) or ``-<q, x>`` (``"ip"``)."""
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    return _octex.knn(_as_matrix(queries, "queries"), _as_matrix(base, "base"), int(k), metric)

@@ -18,7 +18,7 @@ use numpy::ndarray::Array2;
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
 };
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use octex_build::{BuildError, BuildParams, LiveError, LiveIndex, Progress};
@@ -304,6 +304,45 @@ impl PyIndex {
         Ok(self.live_mut().remove(ids))
     }
 
+    /// The ids of the live vectors (`uint64`): user ids after adds or
+    /// removes, else positions.
+    fn ids<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
+        match &self.live {
+            Some(live) => live.ids().into_pyarray(py),
+            None => (0..self.shared.index().len() as u64)
+                .collect::<Vec<u64>>()
+                .into_pyarray(py),
+        }
+    }
+
+    /// The vectors of `ids` (`uint64`: user ids after adds or removes, else
+    /// positions) as the index holds them, `(n, dim)`; `KeyError` for an
+    /// id the index does not hold.
+    fn reconstruct<'py>(
+        &self,
+        py: Python<'py>,
+        ids: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let ids = ids
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("ids must be contiguous"))?;
+        let raw = self.current().raw();
+        let dim = raw.input_dim();
+        let mut out = Vec::with_capacity(ids.len() * dim);
+        for &id in ids {
+            let v = match &self.live {
+                Some(live) => live.vector(id),
+                None => {
+                    (id < raw.len() as u64).then(|| octex_build::stored_vector(raw, id as usize))
+                }
+            };
+            out.extend(v.ok_or_else(|| PyKeyError::new_err(id))?);
+        }
+        Array2::from_shape_vec((ids.len(), dim), out)
+            .map(|a| a.into_pyarray(py))
+            .map_err(|e| PyRuntimeError::new_err(format!("internal: {e}")))
+    }
+
     /// Insert the vectors still waiting into the index itself.
     fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
         match &mut self.live {
@@ -511,7 +550,7 @@ impl Progress for PyProgress {
 
 /// Build an index over a `float32` C-contiguous `(n, dim)` array.
 #[pyfunction]
-#[pyo3(signature = (base, metric="l2", backend="auto", copies=None, list_len=None, row_len=None, sketch_width=None, vectors="auto", seed=None, progress=None))]
+#[pyo3(signature = (base, metric="l2", backend="auto", copies=None, list_len=None, row_len=None, sketch_width=None, vectors="auto", seed=None, progress=None, ids=None))]
 #[allow(clippy::too_many_arguments)]
 fn build(
     py: Python<'_>,
@@ -525,6 +564,7 @@ fn build(
     vectors: &str,
     seed: Option<u64>,
     progress: Option<Py<PyAny>>,
+    ids: Option<PyReadonlyArray1<'_, u64>>,
 ) -> PyResult<PyIndex> {
     let metric: Metric = parse("metric", metric)?;
     let backend: Backend = parse("backend", backend)?;
@@ -562,7 +602,55 @@ fn build(
             None => octex_build::build(values, dim, metric, &params),
         })
         .map_err(build_error)?;
-    Ok(PyIndex::new(Index::new(built.index)))
+    let mut out = PyIndex::new(Index::new(built.index));
+    if let Some(ids) = ids {
+        let ids = ids
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("ids must be contiguous"))?
+            .to_vec();
+        let live = LiveIndex::with_ids(out.shared.index().clone(), params, ids);
+        out.live = Some(live.map_err(live_error)?);
+    }
+    Ok(out)
+}
+
+/// The exact `k` nearest rows of `base` of every query (f64 products, all
+/// cores): `(ids, distances)`, `(nq, k)`; distances squared L2 (`"l2"`) or
+/// minus the inner product (`"ip"`); ids `2**32 - 1` past the base's rows.
+#[pyfunction]
+#[pyo3(signature = (queries, base, k, metric="l2"))]
+#[allow(clippy::type_complexity)]
+fn knn<'py>(
+    py: Python<'py>,
+    queries: PyReadonlyArray2<'py, f32>,
+    base: PyReadonlyArray2<'py, f32>,
+    k: usize,
+    metric: &str,
+) -> PyResult<(Bound<'py, PyArray2<u32>>, Bound<'py, PyArray2<f32>>)> {
+    let metric = match metric {
+        "l2" => octex_search::knn::KnnMetric::L2,
+        "ip" => octex_search::knn::KnnMetric::NegDot,
+        other => return Err(PyValueError::new_err(format!("metric {other:?}: l2 or ip"))),
+    };
+    let dim = base.shape()[1];
+    if queries.shape()[1] != dim || dim == 0 || k == 0 {
+        return Err(PyValueError::new_err(format!(
+            "queries of dimension {}, base {dim}, k {k}: dimensions must match and k be positive",
+            queries.shape()[1]
+        )));
+    }
+    let contiguous = |what| PyValueError::new_err(format!("{what} must be C-contiguous"));
+    let b = base.as_slice().map_err(|_| contiguous("base"))?;
+    let q = queries.as_slice().map_err(|_| contiguous("queries"))?;
+    if let Some(i) = b.iter().chain(q).position(|v| !v.is_finite()) {
+        return Err(PyValueError::new_err(format!(
+            "value {i} of base then queries is not finite"
+        )));
+    }
+    let nq = q.len() / dim;
+    let (ids, dists) =
+        py.detach(|| octex_search::knn::exact_knn(b, q, dim, k, metric, false, &|_| {}));
+    result_arrays(py, nq, k, ids, dists)
 }
 
 /// Results as `(nq, k)` arrays (ids, distances).
@@ -606,6 +694,7 @@ fn _octex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyIndex>()?;
     m.add_class::<PySearchParams>()?;
     m.add_function(wrap_pyfunction!(build, m)?)?;
+    m.add_function(wrap_pyfunction!(knn, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import octex
-from octex.compat import faiss
 
 
 def clustered(n, dim, seed, clusters=16):
@@ -164,36 +163,6 @@ def test_searches_run_beside_other_threads(index, data):
     for t in threads:
         t.join()
     assert all(np.array_equal(r, results[0]) for r in results)
-
-
-@pytest.mark.parametrize("metric", [faiss.METRIC_L2, faiss.METRIC_INNER_PRODUCT])
-def test_faiss_drop_in_matches_faiss_conventions(data, metric):
-    base, queries = data
-    index = faiss.IndexHNSWFlat(24, 32, metric)
-    index.hnsw.efSearch = 64
-    index.train(base)
-    index.add(base[:2000])
-    index.add(base[2000:])
-    assert index.ntotal == 3000 and index.is_trained
-    D, I = index.search(queries, 10)
-    assert D.shape == I.shape == (100, 10) and D.dtype == np.float32 and I.dtype == np.int64
-    name = "ip" if metric == faiss.METRIC_INNER_PRODUCT else "l2"
-    truth = exact(base, queries, 10, name)
-    assert recall(I, truth) >= 0.9
-    if metric == faiss.METRIC_INNER_PRODUCT:
-        want = np.take_along_axis(queries @ base.T, I, axis=1)
-        assert np.all(np.diff(D, axis=1) <= 1e-3), "inner products, largest first"
-    else:
-        want = ((queries[:, None, :] - base[I]) ** 2).sum(-1)
-        assert np.all(np.diff(D, axis=1) >= -1e-3), "squared L2, smallest first"
-    np.testing.assert_allclose(D, want, rtol=2e-2, atol=2e-2)
-    # k above ntotal: Faiss pads with -1.
-    small = faiss.IndexHNSWFlat(24, 16, metric)
-    small.add(base[:5])
-    D, I = small.search(queries[:2], 8)
-    assert (I[:, 5:] == -1).all() and I.shape == (2, 8)
-    with pytest.raises(ValueError, match="shape"):
-        index.add(base[:, :10])
 
 
 def test_filtered_search_returns_only_allowed_ids(index, data):

@@ -105,7 +105,7 @@ use octex_search::knn;
 use rayon::prelude::*;
 use serde::Serialize;
 
-pub use live::{LiveError, LiveIndex, LiveResults};
+pub use live::{stored_vector, LiveError, LiveIndex, LiveResults, COMPACT_ON_SAVE};
 pub use memory::MemoryBudget;
 #[cfg(not(feature = "gpu"))]
 use no_gpu::Gpu as Device;

@@ -243,6 +243,31 @@ impl LiveIndex {
                 .all(|(i, &id)| id == i as u64)
     }
 
+    /// The user ids of the live vectors: built ones in position order, then
+    /// pending ones.
+    pub fn ids(&self) -> Vec<u64> {
+        let built = self.live.ids().map(|i| self.built_ids[i as usize]);
+        built.chain(self.pending_ids.iter().copied()).collect()
+    }
+
+    /// The vector of user id `id` as the index holds it (the normalised
+    /// vector for cosine, rounded to f16 where the index stores f16), or
+    /// `None` when no live vector has that id.
+    pub fn vector(&self, id: u64) -> Option<Vec<f32>> {
+        let dim = self.dim();
+        match self.slots.get(&id)? {
+            Slot::Built(i) => Some(stored_vector(self.index.raw(), *i as usize)),
+            Slot::Pending(p) => {
+                let v = &self.pending[p * dim..(p + 1) * dim];
+                match self.metric() {
+                    // Checked at add: a cosine vector has a positive norm.
+                    Metric::Cosine => octex_search::knn::cosine_normalised(v, dim).ok(),
+                    _ => Some(v.to_vec()),
+                }
+            }
+        }
+    }
+
     /// Vectors waiting to be built into the index.
     pub fn pending(&self) -> usize {
         self.pending_ids.len()
@@ -421,15 +446,10 @@ impl LiveIndex {
     pub fn rebuild(&mut self) -> Result<(), LiveError> {
         let dim = self.dim();
         let raw = self.index.raw();
-        let sdim = raw.stored_dim();
         let mut data = Vec::with_capacity(self.len() * dim);
         let mut ids = Vec::with_capacity(self.len());
         for i in self.live.ids() {
-            let row = i as usize * sdim;
-            match raw.vectors() {
-                RerankView::F32(v) => data.extend_from_slice(&v[row..row + dim]),
-                RerankView::F16(v) => data.extend(v[row..row + dim].iter().map(|x| x.to_f32())),
-            }
+            data.extend(stored_vector(raw, i as usize));
             ids.push(self.built_ids[i as usize]);
         }
         data.extend_from_slice(&self.pending);
@@ -503,6 +523,16 @@ impl LiveIndex {
             }
         }
         Ok(LiveResults { k, ids, distances })
+    }
+}
+
+/// Built vector `i` of `raw` as its rerank vectors hold it, in the input
+/// space (the appended coordinate of inner product left out).
+pub fn stored_vector(raw: &octex_index::Index, i: usize) -> Vec<f32> {
+    let (dim, row) = (raw.input_dim(), i * raw.stored_dim());
+    match raw.vectors() {
+        RerankView::F32(v) => v[row..row + dim].to_vec(),
+        RerankView::F16(v) => v[row..row + dim].iter().map(|x| x.to_f32()).collect(),
     }
 }
 

@@ -127,3 +127,44 @@ def test_faiss_refusals_match_faiss():
     # A selector that allows nothing pads.
     D, I = flat.search(x[:2], 3, params=faiss.SearchParameters(sel=faiss.IDSelectorRange(10**6, 10**6 + 1)))
     assert (I == -1).all() and np.isinf(D).all()
+
+
+def test_cuvs_tutorial_runs_on_the_drop_in():
+    from octex.compat.cuvs.neighbors import cagra, filters
+
+    path = TUTORIAL.parent / "cuvs_cagra_tutorial.py"
+    spec = importlib.util.spec_from_file_location("cuvs_tutorial", path)
+    tutorial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tutorial)
+    data, queries, out = tutorial.run(cagra, filters, n=4000, nq=50)
+    n = len(data)
+    assert out["size"] == n
+    D, I = out["half"]
+    assert I.dtype == np.uint32 and D.dtype == np.float32 and I.shape == (50, 10)
+    assert recall(I, exact(data[: n // 2], queries, 10)) >= 0.95
+    truth = exact(data, queries, 10)
+    D, I = out["whole"]
+    assert recall(I, truth) >= 0.95
+    np.testing.assert_allclose(D, ((queries[:, None, :] - data[I]) ** 2).sum(-1), rtol=2e-2, atol=1e-2)
+    Dr, Ir = out["reloaded"]
+    assert (Ir == I).all() and (Dr == D).all()
+    _, If = out["filtered"]
+    assert (If % 4 == 0).all()
+    assert recall(If, 4 * exact(data[::4], queries, 10)) >= 0.95
+    Dip, Iip = out["ip"]
+    assert recall(Iip, exact(data, queries, 10, "ip")) >= 0.95
+    assert (np.diff(Dip, axis=1) <= 1e-3).all(), "inner products, largest first"
+    # A per-query bitmap: query i may return rows i, i + 1 and i + 2 only.
+    index = cagra.build(cagra.IndexParams(), data[:500])
+    bits = np.zeros((3, 500), dtype=bool)
+    for i in range(3):
+        bits[i, i : i + 3] = True
+    words = np.packbits(bits.ravel(), bitorder="little").view(np.uint32)
+    _, I = cagra.search(cagra.SearchParams(), index, data[:3], 4, filter=filters.from_bitmap(words))
+    I = I.copy_to_host()
+    for i in range(3):
+        assert sorted(I[i, :3]) == [i, i + 1, i + 2] and I[i, 3] == 2**32 - 1
+    with pytest.raises(ValueError, match="metric"):
+        cagra.IndexParams(metric="hamming")
+    with pytest.raises(TypeError, match="uint32"):
+        filters.from_bitset(np.zeros(4, dtype=np.int64))

@@ -182,6 +182,21 @@ enum OctexStatus octex_search_ids(struct OctexIndex *index,
                                   uint64_t *ids,
                                   float *distances);
 
+// [`octex_search_ids`] with the ids that may come back given as a bitset,
+// as cuVS's `filters.from_bitset`: a 1-d `uint32` DLTensor (host or CUDA
+// memory) whose bit `i % 32` of word `i / 32` is set when id `i` may be
+// returned (user ids after an add or remove, else positions).
+//
+// # Safety
+// As [`octex_search_ids`]; `bitset` is a valid DLTensor.
+enum OctexStatus octex_search_bitset(struct OctexIndex *index,
+                                     const DLTensor *queries,
+                                     size_t k,
+                                     const struct OctexSearchParams *params,
+                                     const DLTensor *bitset,
+                                     uint64_t *ids,
+                                     float *distances);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

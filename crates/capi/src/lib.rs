@@ -32,7 +32,7 @@ use octex_index::Metric;
 use octex_search::{Backend, Index, Queries, SearchError, SearchParams, SharedIndex};
 
 mod live;
-pub use live::{octex_add, octex_remove, octex_search_ids};
+pub use live::{octex_add, octex_remove, octex_search_bitset, octex_search_ids};
 
 /// The result of every call.
 #[repr(C)]
@@ -285,6 +285,71 @@ unsafe fn read_f32<'a>(
     }
 }
 
+/// A 1-d `uint32` tensor's values (a bitset's words), from host or CUDA
+/// device memory.
+///
+/// # Safety
+/// `t` is null or a valid DLTensor whose data holds its shape's values.
+unsafe fn read_words<'a>(
+    t: *const DLTensor,
+    what: &str,
+    shared: &SharedIndex,
+) -> Result<Cow<'a, [u32]>, Failure> {
+    // SAFETY: the caller's contract.
+    let t = unsafe { t.as_ref() }.ok_or_else(|| invalid(format!("{what} is null")))?;
+    if t.ndim != 1 || t.shape.is_null() {
+        return Err(invalid(format!(
+            "{what} must be 1-d, has {} dimensions",
+            t.ndim
+        )));
+    }
+    // SAFETY: shape holds ndim = 1 value; strides, when not null, too.
+    let (len, stride) = unsafe { (*t.shape, (!t.strides.is_null()).then(|| *t.strides)) };
+    if len < 0 || stride.is_some_and(|s| s != 1 && len > 1) {
+        return Err(invalid(format!(
+            "{what} must be compact with a length >= 0"
+        )));
+    }
+    if t.dtype.code != DL_UINT || t.dtype.bits != 32 || t.dtype.lanes != 1 {
+        return Err(invalid(format!("{what} must be uint32")));
+    }
+    let n = len as usize;
+    if n == 0 {
+        return Ok(Cow::Owned(Vec::new()));
+    }
+    if t.data.is_null() {
+        return Err(invalid(format!("{what} has no data")));
+    }
+    // SAFETY: byte_offset lies inside the tensor's allocation (DLPack).
+    let data = unsafe { (t.data as *const u8).add(t.byte_offset as usize) };
+    if data as usize % 4 != 0 {
+        return Err(invalid(format!("{what} is not 4-byte aligned")));
+    }
+    match t.device.device_type {
+        // SAFETY: host memory of n u32 (DLPack), 4-byte aligned (checked).
+        DL_CPU | DL_CUDA_HOST => Ok(Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(data as *const u32, n)
+        })),
+        DL_CUDA => {
+            let mut v = vec![0u32; n];
+            // SAFETY: device memory of n u32 (DLPack).
+            unsafe {
+                device_copy(
+                    Some(shared),
+                    t.device.device_id,
+                    data as u64,
+                    bytes_of_mut(&mut v),
+                    true,
+                )
+            }?;
+            Ok(Cow::Owned(v))
+        }
+        other => Err(invalid(format!(
+            "{what}: device type {other} is not supported (CPU, CUDA host or CUDA)"
+        ))),
+    }
+}
+
 /// Write `values` into the tensor (host or CUDA device memory).
 ///
 /// # Safety
@@ -325,8 +390,14 @@ unsafe fn write<T: Copy>(
     }
 }
 
-fn bytes_of_mut(v: &mut [f32]) -> &mut [u8] {
-    // SAFETY: f32 has no invalid bit patterns and no padding.
+/// Values every bit pattern of which is valid, without padding.
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for u32 {}
+
+fn bytes_of_mut<T: Plain>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: `Plain` types (f32, u32) have no invalid bit patterns and no
+    // padding.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
 

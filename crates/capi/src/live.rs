@@ -135,47 +135,108 @@ pub unsafe extern "C" fn octex_search_ids(
         let p = unsafe { crate::params_or_default(params) };
         // SAFETY: the caller's contract.
         let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;
-        if ids.is_null() || distances.is_null() {
-            return Err(invalid("ids and distances must not be null"));
-        }
         let allowed = match allowed.is_null() {
             true => None,
             // SAFETY: the caller's contract.
             false => Some(unsafe { slice(allowed, n_allowed, "allowed") }?),
         };
-        let (found_ids, found_dists) = match &ix.live {
-            Some(live) => {
-                let res = live.search(&values, k, &p, allowed).map_err(failure)?;
-                (res.ids, res.distances)
-            }
-            None => {
-                let index = ix.shared.index();
-                let batch = octex_search::Queries::new(&values, dim)?;
-                let res = match allowed {
-                    Some(a) => {
-                        let n = index.len() as u64;
-                        let inside = a.iter().filter(|&&id| id < n).map(|&id| id as u32);
-                        let filter = IdFilter::from_ids(index.len(), inside)?;
-                        index.search_filtered(batch.values(), k, &p, &filter)?
-                    }
-                    None => index.search_queries(batch, k, &p)?,
-                };
-                let pad = |id: u32| match id {
-                    octex_index::PAD_ID => u64::MAX,
-                    id => id as u64,
-                };
-                (res.ids.iter().map(|&i| pad(i)).collect(), res.distances)
-            }
-        };
-        let nq = values.len() / dim.max(1);
-        if found_ids.len() != nq * k {
-            return Err(invalid("internal: result size"));
-        }
         // SAFETY: the caller's contract: nq * k writable values each.
-        unsafe {
-            std::ptr::copy_nonoverlapping(found_ids.as_ptr(), ids, nq * k);
-            std::ptr::copy_nonoverlapping(found_dists.as_ptr(), distances, nq * k);
-        }
-        Ok(())
+        unsafe { search_ids(ix, &values, dim, k, &p, allowed, ids, distances) }
     })
+}
+
+/// [`octex_search_ids`] with the ids that may come back given as a bitset,
+/// as cuVS's `filters.from_bitset`: a 1-d `uint32` DLTensor (host or CUDA
+/// memory) whose bit `i % 32` of word `i / 32` is set when id `i` may be
+/// returned (user ids after an add or remove, else positions).
+///
+/// # Safety
+/// As [`octex_search_ids`]; `bitset` is a valid DLTensor.
+#[no_mangle]
+pub unsafe extern "C" fn octex_search_bitset(
+    index: *mut OctexIndex,
+    queries: *const crate::DLTensor,
+    k: usize,
+    params: *const OctexSearchParams,
+    bitset: *const crate::DLTensor,
+    ids: *mut u64,
+    distances: *mut f32,
+) -> OctexStatus {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
+        // SAFETY: the caller's contract.
+        let p = unsafe { crate::params_or_default(params) };
+        // SAFETY: the caller's contract.
+        let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;
+        // SAFETY: the caller's contract.
+        let words = unsafe { crate::read_words(bitset, "bitset", &ix.shared) }?;
+        let allowed: Vec<u64> = words
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| {
+                (0..32u64)
+                    .filter(move |b| bits >> b & 1 == 1)
+                    .map(move |b| w as u64 * 32 + b)
+            })
+            .collect();
+        // SAFETY: the caller's contract: nq * k writable values each.
+        unsafe { search_ids(ix, &values, dim, k, &p, Some(&allowed), ids, distances) }
+    })
+}
+
+/// The search of [`octex_search_ids`] and [`octex_search_bitset`], its
+/// results written to `ids` and `distances`.
+///
+/// # Safety
+/// `ids` and `distances` hold `nq * k` writable values (`nq` the rows of
+/// `values`), or are null (refused).
+#[allow(clippy::too_many_arguments)]
+unsafe fn search_ids(
+    ix: &OctexIndex,
+    values: &[f32],
+    dim: usize,
+    k: usize,
+    p: &octex_search::SearchParams,
+    allowed: Option<&[u64]>,
+    ids: *mut u64,
+    distances: *mut f32,
+) -> crate::Outcome {
+    if ids.is_null() || distances.is_null() {
+        return Err(invalid("ids and distances must not be null"));
+    }
+    let (found_ids, found_dists) = match &ix.live {
+        Some(live) => {
+            let res = live.search(values, k, p, allowed).map_err(failure)?;
+            (res.ids, res.distances)
+        }
+        None => {
+            let index = ix.shared.index();
+            let batch = octex_search::Queries::new(values, dim)?;
+            let res = match allowed {
+                Some(a) => {
+                    let n = index.len() as u64;
+                    let inside = a.iter().filter(|&&id| id < n).map(|&id| id as u32);
+                    let filter = IdFilter::from_ids(index.len(), inside)?;
+                    index.search_filtered(batch.values(), k, p, &filter)?
+                }
+                None => index.search_queries(batch, k, p)?,
+            };
+            let pad = |id: u32| match id {
+                octex_index::PAD_ID => u64::MAX,
+                id => id as u64,
+            };
+            (res.ids.iter().map(|&i| pad(i)).collect(), res.distances)
+        }
+    };
+    let nq = values.len() / dim.max(1);
+    if found_ids.len() != nq * k {
+        return Err(invalid("internal: result size"));
+    }
+    // SAFETY: the caller's contract: nq * k writable values each.
+    unsafe {
+        std::ptr::copy_nonoverlapping(found_ids.as_ptr(), ids, nq * k);
+        std::ptr::copy_nonoverlapping(found_dists.as_ptr(), distances, nq * k);
+    }
+    Ok(())
 }

@@ -159,6 +159,16 @@ int octex_c_test_main(int argc, char** argv) {
   for (int i = 0; i < NQ * K; i++) outside += uids[i] != UINT64_MAX && (uids[i] < 1 || uids[i] > 3);
   CHECK(outside == 0 && uids[3] == UINT64_MAX, "only allowed ids, padded");
   CHECK(octex_search(index, &tq, K, NULL, NULL, &ti, &td) == OCTEX_STATUS_INVALID_ARGUMENT, "positions after a remove");
+  /* A bitset filter (cuVS's layout): ids 64..95 only. */
+  uint32_t words[3] = {0, 0, 0xFFFFFFFFu};
+  int64_t nwords[1] = {3};
+  DLTensor tbits = matrix(words, nwords, kDLUInt);
+  tbits.ndim = 1;
+  CHECK(octex_search_bitset(index, &tq, K, NULL, &tbits, uids, dist) == OCTEX_STATUS_OK, "bitset: %s", octex_last_error());
+  int outside_bits = 0;
+  for (int i = 0; i < NQ * K; i++) outside_bits += uids[i] < 64 || uids[i] > 95;
+  CHECK(outside_bits == 0, "%d results outside the bitset", outside_bits);
+  CHECK(octex_search_bitset(index, &tq, K, NULL, &tq, uids, dist) == OCTEX_STATUS_INVALID_ARGUMENT, "a float matrix is no bitset");
   /* One vector with an id of its own; saved with ids and removals, loaded
      back to the same answers. */
   int64_t one[2] = {1, DIM};

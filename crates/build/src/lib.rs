@@ -30,7 +30,8 @@
 //! [`LiveIndex`] keeps a built index living: adds with user ids, inserted in
 //! place ([`insert`]: rows by the index's own search, reverse entries,
 //! ripples and sketch by the built map and scales), removes, and rebuilds
-//! on request.
+//! on request. [`ShardedIndex`] ([`sharded`]) is one index per shard of the
+//! data with a manifest, and [`merge_topk`] merges shards' answers.
 //!
 //! Place in the pipeline: after the data, before `octex-search`; `cargo xtask
 //! build-index` drives it. Parameters are [`BuildParams`], with defaults that
@@ -105,6 +106,7 @@ use octex_search::knn;
 use rayon::prelude::*;
 use serde::Serialize;
 
+pub mod sharded;
 pub use live::{stored_vector, LiveError, LiveIndex, LiveResults, COMPACT_ON_SAVE};
 pub use memory::MemoryBudget;
 #[cfg(not(feature = "gpu"))]
@@ -119,6 +121,7 @@ pub use params::{
 use progress::Stage;
 pub use progress::{NoProgress, Progress};
 use ripples::FlatRipples;
+pub use sharded::{merge_topk, Order, ShardAnswer, ShardError, ShardManifest, ShardedIndex};
 
 // GPU builds take exact rows at the default row length: while the GPU's
 // top-k took 32, rows of 64 silently fell back to the search passes.

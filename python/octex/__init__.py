@@ -27,7 +27,16 @@ import numpy as np
 from . import _octex
 from ._octex import SearchParams, gpu_available
 
-__all__ = ["Index", "SearchParams", "build", "knn", "gpu_available", "__version__"]
+__all__ = [
+    "Index",
+    "SearchParams",
+    "ShardedIndex",
+    "build",
+    "knn",
+    "merge_topk",
+    "gpu_available",
+    "__version__",
+]
 __version__ = _octex.__version__
 
 
@@ -299,3 +308,61 @@ def knn(queries, base, k: int, metric: str = "l2") -> Tuple[np.ndarray, np.ndarr
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     return _octex.knn(_as_matrix(queries, "queries"), _as_matrix(base, "base"), int(k), metric)
+
+
+class ShardedIndex:
+    """An index cut into shards (contiguous id ranges of the base), one
+    OctEx index each, saved as a directory with a manifest; searches merge
+    the shards' answers and return global ids (``uint64``)."""
+
+    def __init__(self, inner: "_octex.ShardedIndex") -> None:
+        self._inner = inner
+
+    @staticmethod
+    def build(base, metric: str = "l2", *, shards: int = 2, seed: Optional[int] = None) -> "ShardedIndex":
+        """Build ``shards`` indexes over the rows of ``base``, cut in order."""
+        return ShardedIndex(_octex.ShardedIndex.build(_as_matrix(base, "base"), metric, int(shards), seed))
+
+    @staticmethod
+    def load(path) -> "ShardedIndex":
+        """Load a shard directory written by :meth:`save`, validated."""
+        return ShardedIndex(_octex.ShardedIndex.load(str(path)))
+
+    def save(self, path) -> None:
+        """Write the shard files, then the manifest, into the directory ``path``."""
+        self._inner.save(str(path))
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    @property
+    def manifest(self) -> dict:
+        """Metric, dimension, each shard's file, first id and size, and the
+        build parameters."""
+        import json
+
+        return json.loads(self._inner.manifest)
+
+    def search(self, queries, k: int = 10, *, params: Optional[SearchParams] = None):
+        """``(ids, distances)``, ``(nq, k)``, over all shards."""
+        return self._inner.search(_as_matrix(queries, "queries"), int(k), params)
+
+
+def merge_topk(ids, distances, k: int, *, descending: bool = False):
+    """The ``k`` best of each query over several answers (lists of ``(nq,
+    k_i)`` arrays: ids as integers, missing ``-1`` or ``2**64 - 1``):
+    ``(ids uint64, distances float32)``, nearest first (smallest distance,
+    or largest with ``descending``), ties by id, an id once, padded with
+    ``2**64 - 1`` and ``inf`` (``-inf``)."""
+    def as_ids(a):
+        a = np.asarray(a)
+        if a.dtype.kind == "i":
+            a = np.where(a < 0, np.iinfo(np.uint64).max, a.astype(np.uint64))
+        return np.ascontiguousarray(a, dtype=np.uint64)
+
+    return _octex.merge_topk(
+        [as_ids(a) for a in ids],
+        [np.ascontiguousarray(d, dtype=np.float32) for d in distances],
+        int(k),
+        bool(descending),
+    )

@@ -12,6 +12,8 @@
 //!
 //! Place in the pipeline: on top of `octex-build` and `octex-search`.
 
+mod sharded;
+
 use std::path::PathBuf;
 
 use numpy::ndarray::Array2;
@@ -695,6 +697,8 @@ fn _octex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySearchParams>()?;
     m.add_function(wrap_pyfunction!(build, m)?)?;
     m.add_function(wrap_pyfunction!(knn, m)?)?;
+    m.add_function(wrap_pyfunction!(sharded::merge_topk, m)?)?;
+    m.add_class::<sharded::PyShardedIndex>()?;
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

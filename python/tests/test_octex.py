@@ -289,3 +289,28 @@ while True:
         found, _ = back.search(base[2000 + at:2000 + at + 50], 8, backend="cpu")
         want = np.arange(first + last * 50, first + (last + 1) * 50, dtype=np.uint64)
         assert all(w in row for w, row in zip(want, found))
+
+
+def test_sharded_index_and_merge(tmp_path):
+    base = clustered(6000, 16, 21)
+    queries = clustered(80, 16, 22)
+    sharded = octex.ShardedIndex.build(base, "l2", shards=3)
+    assert len(sharded) == 6000 and len(sharded.manifest["shards"]) == 3
+    ids, dists = sharded.search(queries, 10)
+    assert ids.dtype == np.uint64
+    assert recall(ids, exact(base, queries, 10)) >= 0.95
+    sharded.save(tmp_path / "shards")
+    back = octex.ShardedIndex.load(tmp_path / "shards")
+    ids2, dists2 = back.search(queries, 10)
+    assert (ids2 == ids).all() and (dists2 == dists).all()
+    # merge_topk of exact per-shard answers is the exact answer.
+    parts = []
+    for a, b in [(0, 2500), (2500, 6000)]:
+        i, d = octex.knn(queries, base[a:b], 10)
+        parts.append((i.astype(np.int64) + a, d))
+    merged, md = octex.merge_topk([p[0] for p in parts], [p[1] for p in parts], 10)
+    want, wd = octex.knn(queries, base, 10)
+    assert (merged == want).all() and np.allclose(md, wd)
+    # Faiss-style similarities, largest first, -1 padding.
+    m, d = octex.merge_topk([np.array([[3, -1]]), np.array([[7, 1]])], [np.array([[0.5, 0.0]]), np.array([[0.9, 0.5]])], 4, descending=True)
+    assert m[0].tolist() == [7, 1, 3, 2**64 - 1] and d[0, 0] == np.float32(0.9)

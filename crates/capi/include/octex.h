@@ -197,6 +197,26 @@ enum OctexStatus octex_search_bitset(struct OctexIndex *index,
                                      uint64_t *ids,
                                      float *distances);
 
+// The `k` best of each of `nq` queries over `parts` answers: `ids[p]` and
+// `distances[p]` hold `nq * ks[p]` values each. Written to `out_ids` and
+// `out_distances` (`nq * k` each): nearest first (smallest distance, or
+// largest when `descending` is not 0), ties by id, an id once, padded with
+// `UINT64_MAX` and infinity (minus infinity when descending).
+//
+// # Safety
+// `ids`, `distances` and `ks` hold `parts` values; each `ids[p]` and
+// `distances[p]` points to `nq * ks[p]` readable values; `out_ids` and
+// `out_distances` to `nq * k` writable ones.
+enum OctexStatus octex_merge_topk(const uint64_t *const *ids,
+                                  const float *const *distances,
+                                  const size_t *ks,
+                                  size_t parts,
+                                  size_t nq,
+                                  size_t k,
+                                  int32_t descending,
+                                  uint64_t *out_ids,
+                                  float *out_distances);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -33,6 +33,8 @@ use octex_search::{Backend, Index, Queries, SearchError, SearchParams, SharedInd
 
 mod live;
 pub use live::{octex_add, octex_remove, octex_search_bitset, octex_search_ids};
+mod shards;
+pub use shards::octex_merge_topk;
 
 /// The result of every call.
 #[repr(C)]

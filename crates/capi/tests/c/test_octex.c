@@ -188,6 +188,18 @@ int octex_c_test_main(int argc, char** argv) {
   CHECK(uids[0] == own, "the own id comes back: %llu", (unsigned long long)uids[0]);
   octex_free(reloaded);
 
+  /* Two shards' answers merged: ids 7 (0.1), 3 (0.2), 9 (0.5); one missing. */
+  const uint64_t a_ids[2] = {3, 9}, b_ids[2] = {7, UINT64_MAX};
+  const float a_d[2] = {0.2f, 0.5f}, b_d[2] = {0.1f, INFINITY};
+  const uint64_t* part_ids[2] = {a_ids, b_ids};
+  const float* part_d[2] = {a_d, b_d};
+  size_t part_k[2] = {2, 2};
+  uint64_t m_ids[4];
+  float m_d[4];
+  CHECK(octex_merge_topk(part_ids, part_d, part_k, 2, 1, 4, 0, m_ids, m_d) == OCTEX_STATUS_OK, "merge");
+  CHECK(m_ids[0] == 7 && m_ids[1] == 3 && m_ids[2] == 9 && m_ids[3] == UINT64_MAX, "merged order");
+  CHECK(octex_merge_topk(NULL, part_d, part_k, 2, 1, 4, 0, m_ids, m_d) == OCTEX_STATUS_INVALID_ARGUMENT, "null merge");
+
   octex_free(index);
   octex_free(again);
   octex_free(NULL);

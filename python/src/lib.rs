@@ -698,6 +698,7 @@ fn _octex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(build, m)?)?;
     m.add_function(wrap_pyfunction!(knn, m)?)?;
     m.add_function(wrap_pyfunction!(sharded::merge_topk, m)?)?;
+    m.add_function(wrap_pyfunction!(sharded::write_shard_manifest, m)?)?;
     m.add_class::<sharded::PyShardedIndex>()?;
     m.add_function(wrap_pyfunction!(gpu_available, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

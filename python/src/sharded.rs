@@ -108,6 +108,41 @@ impl PyShardedIndex {
     }
 }
 
+/// Write the manifest of a directory of shard files built elsewhere (each
+/// `files[s]` holding ids `first_ids[s] .. first_ids[s] + lens[s]`).
+#[pyfunction]
+pub fn write_shard_manifest(
+    path: PathBuf,
+    metric: &str,
+    dim: usize,
+    files: Vec<String>,
+    first_ids: Vec<u64>,
+    lens: Vec<u64>,
+) -> PyResult<()> {
+    if files.len() != first_ids.len() || files.len() != lens.len() {
+        return Err(PyValueError::new_err(
+            "one first id and one length per file",
+        ));
+    }
+    let shards = files
+        .into_iter()
+        .zip(first_ids.into_iter().zip(lens))
+        .map(|(file, (first_id, len))| octex_build::sharded::ShardEntry {
+            file,
+            first_id,
+            len,
+        })
+        .collect();
+    let manifest = octex_build::ShardManifest {
+        version: octex_build::sharded::MANIFEST_VERSION,
+        metric: parse("metric", metric)?,
+        dim,
+        shards,
+        build_params: BuildParams::default(),
+    };
+    octex_build::sharded::write_manifest(&path, &manifest).map_err(shard_error)
+}
+
 /// Merge shards' answers: `ids` and `distances` are lists of `(nq, k_i)`
 /// arrays (`uint64` ids, `2**64 - 1` where missing); the `k` best of each
 /// query, nearest first (smallest distance, or largest with `descending`),

@@ -136,17 +136,14 @@ impl ShardedIndex {
     /// Write every shard file, then the manifest, into `dir` (created if
     /// missing), each atomically: a crash leaves the previous manifest.
     pub fn save(&self, dir: &Path) -> Result<(), ShardError> {
-        let io = |source| ShardError::Io {
+        std::fs::create_dir_all(dir).map_err(|source| ShardError::Io {
             path: dir.to_path_buf(),
             source,
-        };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        })?;
         for (entry, index) in self.manifest.shards.iter().zip(&self.shards) {
             index.raw().save(dir.join(&entry.file))?;
         }
-        let json = serde_json::to_vec_pretty(&self.manifest)
-            .map_err(|e| ShardError::Invalid(format!("manifest does not encode: {e}")))?;
-        write_atomically(&dir.join(MANIFEST), |w| std::io::Write::write_all(w, &json)).map_err(io)
+        write_manifest(dir, &self.manifest)
     }
 
     /// Load the manifest of `dir` and every shard it names, validated:
@@ -249,6 +246,19 @@ impl ShardedIndex {
             .collect();
         Ok(merge_topk(&parts, nq, k, Order::Ascending))
     }
+}
+
+/// Write `manifest` as `dir`'s manifest, atomically (for shards built
+/// elsewhere: by workers that each saved their shard file into `dir`).
+pub fn write_manifest(dir: &Path, manifest: &ShardManifest) -> Result<(), ShardError> {
+    let json = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| ShardError::Invalid(format!("manifest does not encode: {e}")))?;
+    write_atomically(&dir.join(MANIFEST), |w| std::io::Write::write_all(w, &json)).map_err(
+        |source| ShardError::Io {
+            path: dir.to_path_buf(),
+            source,
+        },
+    )
 }
 
 /// One shard's answer to a batch: `nq x k` ids (`u64::MAX` where missing)

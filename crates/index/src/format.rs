@@ -331,6 +331,62 @@ pub(crate) fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_HEADER_LEN>()
 }
 
+/// The header bytes of a file framed as `magic (8) | version (u32) | header
+/// length (u32) | header checksum (xxh3-64)` followed by the header, its
+/// magic already checked: preamble length, version `version`, a plausible
+/// header length inside the file, the checksum. `kind` names the file in
+/// messages (`""` for an index, `"living "`); `origin` is the file's prefix.
+pub(crate) fn framed_header<'a>(
+    bytes: &'a [u8],
+    version: u32,
+    kind: &str,
+    origin: &str,
+) -> Result<&'a [u8], crate::IndexError> {
+    use crate::IndexError;
+    let le32 =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    if bytes.len() < PREAMBLE_LEN {
+        return Err(IndexError::Truncated {
+            where_: origin.to_string(),
+            problem: format!("{} bytes, shorter than the preamble", bytes.len()),
+        });
+    }
+    let found = le32(8);
+    if found != version {
+        return Err(IndexError::Version {
+            where_: format!("{origin}{kind}"),
+            found,
+            supported: version,
+        });
+    }
+    let hlen = le32(12) as usize;
+    if hlen > MAX_HEADER_LEN {
+        return Err(IndexError::Invalid {
+            where_: origin.to_string(),
+            problem: format!("header length {hlen} is implausible"),
+        });
+    }
+    if bytes.len() < PREAMBLE_LEN + hlen {
+        return Err(IndexError::Truncated {
+            where_: origin.to_string(),
+            problem: format!(
+                "header needs {} bytes, file has {}",
+                PREAMBLE_LEN + hlen,
+                bytes.len()
+            ),
+        });
+    }
+    let hbytes = &bytes[PREAMBLE_LEN..PREAMBLE_LEN + hlen];
+    let sum = (le32(16) as u64) | ((le32(20) as u64) << 32);
+    if xxhash_rust::xxh3::xxh3_64(hbytes) != sum {
+        return Err(IndexError::Checksum {
+            where_: origin.to_string(),
+            part: format!("{kind}header"),
+        });
+    }
+    Ok(hbytes)
+}
+
 pub(crate) fn align_up(v: usize) -> usize {
     v.div_ceil(SECTION_ALIGN) * SECTION_ALIGN
 }

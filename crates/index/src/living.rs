@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::atomic::write_atomically;
-use crate::format::{align_up, bincode_config, MAX_HEADER_LEN, PREAMBLE_LEN, SECTION_ALIGN};
+use crate::format::{align_up, bincode_config, framed_header, PREAMBLE_LEN, SECTION_ALIGN};
 use crate::{Index, IndexError, LoadOptions};
 
 /// First bytes of a living index file.
@@ -261,38 +261,7 @@ fn frame(bytes: &[u8], origin: &str) -> Result<(LivingHeader, Vec<Range<usize>>)
         where_: origin.to_string(),
         problem,
     };
-    if bytes.len() < PREAMBLE_LEN {
-        return Err(truncated(format!(
-            "{} bytes, shorter than the preamble",
-            bytes.len()
-        )));
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-    if version != LIVING_VERSION {
-        return Err(IndexError::Version {
-            where_: format!("{origin}living "),
-            found: version,
-            supported: LIVING_VERSION,
-        });
-    }
-    let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
-    if hlen > MAX_HEADER_LEN {
-        return Err(invalid(format!("header length {hlen} is implausible")));
-    }
-    if bytes.len() < PREAMBLE_LEN + hlen {
-        return Err(truncated(format!(
-            "header needs {} bytes, file has {}",
-            PREAMBLE_LEN + hlen,
-            bytes.len()
-        )));
-    }
-    let hbytes = &bytes[PREAMBLE_LEN..PREAMBLE_LEN + hlen];
-    if xxh3_64(hbytes) != u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")) {
-        return Err(IndexError::Checksum {
-            where_: origin.to_string(),
-            part: "living header".into(),
-        });
-    }
+    let hbytes = framed_header(bytes, LIVING_VERSION, "living ", origin)?;
     let (header, _): (LivingHeader, usize) =
         bincode::serde::decode_from_slice(hbytes, bincode_config())
             .map_err(|e| invalid(format!("living header does not decode: {e}")))?;
@@ -304,7 +273,7 @@ fn frame(bytes: &[u8], origin: &str) -> Result<(LivingHeader, Vec<Range<usize>>)
         )));
     }
     let mut ranges = Vec::with_capacity(LivingSection::ALL.len());
-    let mut prev_end = PREAMBLE_LEN + hlen;
+    let mut prev_end = PREAMBLE_LEN + hbytes.len();
     let entries = header.sections.iter().chain(std::iter::once(&header.index));
     let names = LivingSection::ALL.iter().map(|k| format!("{k:?}"));
     for (entry, name) in entries.zip(names.chain(std::iter::once("index".to_string()))) {

@@ -53,39 +53,7 @@ impl Index {
             }
             return Err(IndexError::NotAnIndex(w()));
         }
-        if bytes.len() < PREAMBLE_LEN {
-            return Err(truncated(format!(
-                "{} bytes, shorter than the preamble",
-                bytes.len()
-            )));
-        }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
-            return Err(IndexError::Version {
-                where_: w(),
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
-        if hlen > MAX_HEADER_LEN {
-            return Err(invalid(format!("header length {hlen} is implausible")));
-        }
-        if bytes.len() < PREAMBLE_LEN + hlen {
-            return Err(truncated(format!(
-                "header needs {} bytes, file has {}",
-                PREAMBLE_LEN + hlen,
-                bytes.len()
-            )));
-        }
-        let hsum = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
-        let hbytes = &bytes[PREAMBLE_LEN..PREAMBLE_LEN + hlen];
-        if xxh3_64(hbytes) != hsum {
-            return Err(IndexError::Checksum {
-                where_: w(),
-                part: "header".into(),
-            });
-        }
+        let hbytes = framed_header(bytes, FORMAT_VERSION, "", &origin)?;
         let (header, _): (IndexHeader, usize) =
             bincode::serde::decode_from_slice(hbytes, bincode_config())
                 .map_err(|e| invalid(format!("header does not decode: {e}")))?;
@@ -99,7 +67,7 @@ impl Index {
             )));
         }
         let mut ranges: [Range<usize>; SectionKind::ALL.len()] = Default::default();
-        let mut prev_end = PREAMBLE_LEN + hlen;
+        let mut prev_end = PREAMBLE_LEN + hbytes.len();
         for (i, (entry, kind)) in header.sections.iter().zip(SectionKind::ALL).enumerate() {
             if entry.kind != kind {
                 return Err(invalid(format!(

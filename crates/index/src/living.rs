@@ -225,6 +225,21 @@ pub fn load_any(path: &Path) -> Result<Loaded, IndexError> {
     let origin = format!("{}: ", path.display());
     let (header, ranges) = frame(&map, &origin)?;
     let part = |i: usize| &map[ranges[i].clone()];
+    // Every section holds whole 8-byte ids or words (4-byte values for the
+    // pending vectors).
+    for (i, kind) in LivingSection::ALL.iter().enumerate() {
+        let size = if *kind == LivingSection::Pending {
+            4
+        } else {
+            8
+        };
+        if part(i).len() % size != 0 {
+            return Err(IndexError::Invalid {
+                where_: origin,
+                problem: format!("{kind:?} holds {} bytes, not whole values", part(i).len()),
+            });
+        }
+    }
     let words = |b: &[u8]| -> Vec<u64> {
         b.chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))

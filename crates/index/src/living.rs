@@ -240,19 +240,13 @@ pub fn load_any(path: &Path) -> Result<Loaded, IndexError> {
             });
         }
     }
-    let words = |b: &[u8]| -> Vec<u64> {
-        b.chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect()
-    };
+    // Copies (the map need not align a section for u64 reads).
+    let words = |b: &[u8]| -> Vec<u64> { bytemuck::pod_collect_to_vec(b) };
     let state = LiveState {
         built_ids: words(part(0)),
         removed: words(part(1)),
         pending_ids: words(part(2)),
-        pending: part(3)
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect(),
+        pending: bytemuck::pod_collect_to_vec(part(3)),
         next_id: header.next_id,
     };
     let image = header.index.offset as usize..map.len();

@@ -190,22 +190,25 @@ class ShardedIndex:
         with replicas the query goes to a live one."""
         q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
         ref = ray.put(q)
+        args = (ref, int(k), recall, params, exact)
+        # Every shard's first live actor at once; a dead one's shard is
+        # asked again of its next replica.
+        pending = [self._ask(s, args) for s in range(len(self._actors))]
         answers = []
-        for s, group in enumerate(self._actors):
-            answers.append(self._ask(s, group, ref, int(k), recall, params, exact))
-        ids = [a[0] for a in answers]
-        dists = [a[1] for a in answers]
-        return octex.merge_topk(ids, dists, int(k))
+        for s, call in enumerate(pending):
+            while True:
+                try:
+                    answers.append(ray.get(call))
+                    break
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+                    self._actors[s].pop(0)
+                    call = self._ask(s, args)
+        return octex.merge_topk([a[0] for a in answers], [a[1] for a in answers], int(k))
 
-    def _ask(self, s, group, ref, k, recall, params, exact):
-        last = None
-        for actor in list(group):
-            try:
-                return ray.get(actor.search.remote(ref, k, recall, params, exact))
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError) as e:
-                last = e
-                group.remove(actor)
-        raise RuntimeError(f"shard {s} ({self.manifest['shards'][s]['file']}) has no live actor: {last}")
+    def _ask(self, s, args):
+        if not self._actors[s]:
+            raise RuntimeError(f"shard {s} ({self.manifest['shards'][s]['file']}) has no live actor")
+        return self._actors[s][0].search.remote(*args)
 
     def close(self) -> None:
         """Stop the actors."""

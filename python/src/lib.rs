@@ -109,7 +109,8 @@ impl From<SearchParams> for PySearchParams {
 
 #[pymethods]
 impl PySearchParams {
-    /// Parameters left out take `SearchParams::default()`'s values.
+    /// Parameters left out take `SearchParams::default()`'s values (a search
+    /// given no parameters at all takes its index's own, `Index.default_params`).
     #[new]
     #[pyo3(signature = (read_depth=None, start_points=None, waves=None, rerank=None, wave_rerank=None))]
     fn new(
@@ -214,7 +215,7 @@ impl PyIndex {
         let from = match (recall, params) {
             (Some(_), Some(_)) => return Err(SearchError::RecallAndParams),
             (None, Some(p)) => ParamsFrom::Given(p.into()),
-            (None, None) => ParamsFrom::Defaults,
+            (None, None) => ParamsFrom::Given(self.current().default_params()),
             (Some(target), None) => ParamsFrom::Recall(target),
         };
         self.shared.params(from, k, queries)
@@ -398,6 +399,14 @@ impl PyIndex {
         self.shared.index().metric().to_string()
     }
 
+    /// The parameters a search given none takes: the point the build chose
+    /// for this index (`Index::choose_defaults`), or the fixed defaults for
+    /// an index saved before builds chose one.
+    #[getter]
+    fn default_params(&self) -> PySearchParams {
+        self.current().default_params().into()
+    }
+
     /// Bytes of the index (as saved).
     #[getter]
     fn nbytes(&self) -> usize {
@@ -500,7 +509,7 @@ impl PyIndex {
         let values = queries
             .as_slice()
             .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
-        let p = SearchParams::default();
+        let p = self.shared.index().default_params();
         py.detach(|| {
             let t = std::time::Instant::now();
             for _ in 0..reps.max(1) {

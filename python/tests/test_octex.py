@@ -88,6 +88,16 @@ def test_params_and_recall_targets(index, data):
         index.search(queries, 10, recall=0.9, params=tight)
 
 
+def test_a_search_without_params_takes_the_index_defaults(index, data):
+    base, queries = data
+    own = index.default_params
+    assert isinstance(own, octex.SearchParams) and own.start_points >= 1
+    plain = index.search(queries, 10)
+    given = index.search(queries, 10, params=own)
+    assert np.array_equal(plain[0], given[0]) and np.array_equal(plain[1], given[1])
+    assert recall(plain[0], exact(base, queries, 10)) >= 0.95
+
+
 def test_inputs_are_converted_once_or_refused(index, data):
     base, queries = data
     want = index.search(queries, 5)[0]

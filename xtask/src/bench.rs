@@ -396,7 +396,7 @@ pub fn run(args: BenchArgs, root: &Path) -> Result<()> {
     let roles: Vec<String> = std::iter::once("defaults".to_string())
         .chain(args.recall.iter().map(|t| format!("recall={t}")))
         .collect();
-    let first = std::iter::once(SearchParams::default()).chain(tuned.iter().copied());
+    let first = std::iter::once(index.default_params()).chain(tuned.iter().copied());
     for (i, p) in first.chain(grid(Sweep::of(&args))).enumerate() {
         warm_up(&mut searcher, &queries, dim, 10, &p, nq)?;
         let mut times = Vec::new();

@@ -324,6 +324,12 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
             rs.pass2_recall
         );
     }
+    if let Some(d) = r.search_defaults {
+        println!(
+            "  search defaults: r={} S={} W={} R={} (recall@10 {:.4} on the held-back sample; chosen for {})",
+            d.read_depth, d.start_points, d.waves, d.rerank, d.held_out_recall, d.target
+        );
+    }
     if let (Some(f16), Some(p)) = (r.f16_recall, &r.params) {
         println!(
             "  rerank vectors: {:?} (exact search over f16 vectors finds {f16:.4} of the exact {} nearest)",

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Result;
-use octex_search::{Backend, Index, SearchParams};
+use octex_search::{Backend, Index};
 
 use crate::data::{self, Dataset};
 use crate::search_cmd::{open, timed_search, warm_up};
@@ -52,7 +52,7 @@ pub fn run(name: &str, root: &Path, backend: Backend, recall: Option<f64>) -> Re
             }
             t.params
         }
-        None => SearchParams::default(),
+        None => index.default_params(),
     };
     let batch = match backend {
         Backend::Gpu => nq.min(10_000),

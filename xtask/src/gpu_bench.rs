@@ -321,8 +321,8 @@ pub fn run(
         }
     }
 
-    // Phase times (CUDA events) and CPU parity at the default parameters.
-    let p = SearchParams::default();
+    // Phase times (CUDA events) and CPU parity at the index's defaults.
+    let p = index.default_params();
     let (gres, times) = g.search_profiled(&queries[..batch * dim], 10, &p)?;
     println!(
         "phases at {p:?} for {batch} queries: upload {:.3} ms, projection (cuBLAS) {:.3} ms, wave_search {:.3} ms, download {:.3} ms",

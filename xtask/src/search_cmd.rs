@@ -14,18 +14,18 @@ use crate::data;
 
 #[derive(Args, Clone, Copy, Debug)]
 pub struct SearchFlags {
-    /// r: ids read per copy's ripple.
-    #[arg(long, default_value_t = SearchParams::default().read_depth)]
-    pub read_depth: usize,
+    /// r: ids read per copy's ripple (default: the index's own, as for S, W, R).
+    #[arg(long)]
+    pub read_depth: Option<usize>,
     /// S: start points per wave.
-    #[arg(long, default_value_t = SearchParams::default().start_points)]
-    pub start_points: usize,
+    #[arg(long)]
+    pub start_points: Option<usize>,
     /// W: waves.
-    #[arg(long, default_value_t = SearchParams::default().waves)]
-    pub waves: usize,
+    #[arg(long)]
+    pub waves: Option<usize>,
     /// R: rerank depth.
-    #[arg(long, default_value_t = SearchParams::default().rerank)]
-    pub rerank: usize,
+    #[arg(long)]
+    pub rerank: Option<usize>,
     /// Rerank the best R exactly in every wave and start the next wave from
     /// the best by exact distance (the paper's mode when vectors are resident).
     #[arg(long)]
@@ -37,15 +37,16 @@ pub struct SearchFlags {
 }
 
 impl SearchFlags {
-    /// The parameters given, or (with `--recall`) tuned for the target on a
-    /// sample of `queries`.
+    /// The parameters given (those left out: the index's defaults), or (with
+    /// `--recall`) tuned for the target on a sample of `queries`.
     pub fn params_for(&self, index: &Index, k: usize, queries: &[f32]) -> Result<SearchParams> {
         let Some(target) = self.recall else {
+            let d = index.default_params();
             return Ok(SearchParams {
-                read_depth: self.read_depth,
-                start_points: self.start_points,
-                waves: self.waves,
-                rerank: self.rerank,
+                read_depth: self.read_depth.unwrap_or(d.read_depth),
+                start_points: self.start_points.unwrap_or(d.start_points),
+                waves: self.waves.unwrap_or(d.waves),
+                rerank: self.rerank.unwrap_or(d.rerank),
                 wave_rerank: self.wave_rerank,
             });
         };

@@ -225,6 +225,8 @@ pub struct BuildReport {
     pub sketch_ranking: Option<(f64, f64)>,
     /// Residual sketch centres kept (0: the plain sketch).
     pub sketch_centres: usize,
+    /// The search defaults chosen for the index.
+    pub search_defaults: Option<octex_index::SearchDefaults>,
     pub sizes: SizeEstimate,
 }
 
@@ -531,6 +533,11 @@ pub fn build_with_progress(
         Ok((parts, map, choice))
     })?;
     let index = report.phase("finish", || Index::from_parts(parts))?;
+    let index = report.phase("search_defaults", || with_chosen_defaults(index))?;
+    report.search_defaults = index.header().search_defaults;
+    if let Some(d) = report.search_defaults {
+        tracing::info!(?d, "search defaults chosen on the index's own sample");
+    }
     report.sizes = sizes_of(&index);
     report.spacings = map.spacings.clone();
     report.spacing_hit_rates = choice.hit_rates;
@@ -538,6 +545,21 @@ pub fn build_with_progress(
     report.params = Some(p);
     report.backend = if gpu.is_some() { "gpu" } else { "cpu" }.to_string();
     Ok(Built { index, report })
+}
+
+/// `index` with the search defaults its own sample chooses
+/// ([`octex_search::Index::choose_defaults`]) in its header.
+pub fn with_chosen_defaults(index: Index) -> Result<Index, BuildError> {
+    let stage = "choosing the search defaults";
+    let searchable = octex_search::Index::new(index);
+    let chosen = searchable
+        .choose_defaults()
+        .map_err(|source| BuildError::Search { stage, source })?;
+    let raw = searchable.into_raw().map_err(|_| BuildError::Search {
+        stage,
+        source: octex_search::SearchError::IndexShared,
+    })?;
+    Ok(raw.with_search_defaults(chosen)?)
 }
 
 /// Bytes per part of a built or loaded index.

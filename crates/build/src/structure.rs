@@ -278,6 +278,7 @@ pub(crate) fn structure(
             seed: p.seed,
             build_params: serde_json::to_string(&p).unwrap_or_default(),
             sections: Vec::new(),
+            search_defaults: None,
         };
         IndexParts {
             header,

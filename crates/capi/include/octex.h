@@ -59,8 +59,19 @@ typedef struct OctexSearchParams {
 extern "C" {
 #endif // __cplusplus
 
-// The default search parameters (`SearchParams::default()`).
+// The fixed default search parameters (`SearchParams::default()`); a search
+// given null parameters takes its index's own (`octex_default_params`).
 struct OctexSearchParams octex_search_params_default(void);
+
+// The parameters a search of `index` given null parameters takes: the
+// point its build chose (recall@10 about 0.98 on its own sample), or
+// `octex_search_params_default()` for an index saved before such points
+// were stored.
+//
+// # Safety
+// `index` is null or a live index; `out` is a valid pointer.
+enum OctexStatus octex_default_params(const struct OctexIndex *index,
+                                      struct OctexSearchParams *out);
 
 // The message of this thread's last failed call ("" after a success).
 // Valid until this thread's next octex call.

@@ -76,6 +76,18 @@ impl From<OctexSearchParams> for SearchParams {
     }
 }
 
+impl From<SearchParams> for OctexSearchParams {
+    fn from(p: SearchParams) -> Self {
+        OctexSearchParams {
+            read_depth: p.read_depth,
+            start_points: p.start_points,
+            waves: p.waves,
+            rerank: p.rerank,
+            wave_rerank: p.wave_rerank,
+        }
+    }
+}
+
 /// An index and, after a first GPU search, its GPU searcher (octex-search's
 /// `SharedIndex`, the handle the Python binding holds too).
 pub struct OctexIndex {
@@ -90,6 +102,14 @@ impl OctexIndex {
         OctexIndex {
             shared: SharedIndex::new(index),
             live: None,
+        }
+    }
+
+    /// The index searches run on: the living one after adds or removes.
+    fn current(&self) -> &Index {
+        match &self.live {
+            Some(live) => live.index(),
+            None => self.shared.index(),
         }
     }
 }
@@ -452,17 +472,35 @@ unsafe fn device_copy(_: Option<&SharedIndex>, _: i32, _: u64, _: &mut [u8], _: 
     ))
 }
 
-/// The default search parameters (`SearchParams::default()`).
+/// The fixed default search parameters (`SearchParams::default()`); a search
+/// given null parameters takes its index's own (`octex_default_params`).
 #[no_mangle]
 pub extern "C" fn octex_search_params_default() -> OctexSearchParams {
-    let p = SearchParams::default();
-    OctexSearchParams {
-        read_depth: p.read_depth,
-        start_points: p.start_points,
-        waves: p.waves,
-        rerank: p.rerank,
-        wave_rerank: p.wave_rerank,
-    }
+    SearchParams::default().into()
+}
+
+/// The parameters a search of `index` given null parameters takes: the
+/// point its build chose (the fixed defaults, deepened where the index's own
+/// sample needs it), or `octex_search_params_default()` for an index saved
+/// before builds chose one.
+///
+/// # Safety
+/// `index` is null or a live index; `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn octex_default_params(
+    index: *const OctexIndex,
+    out: *mut OctexSearchParams,
+) -> OctexStatus {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let ix = unsafe { index.as_ref() }.ok_or_else(|| invalid("index is null"))?;
+        if out.is_null() {
+            return Err(invalid("out is null"));
+        }
+        // SAFETY: `out` is valid (checked non-null; the caller's contract).
+        unsafe { *out = ix.current().default_params().into() };
+        Ok(())
+    })
 }
 
 /// The message of this thread's last failed call ("" after a success).
@@ -516,15 +554,16 @@ pub unsafe extern "C" fn octex_build(
     })
 }
 
-/// `params`, or the defaults when null.
+/// `params`, or when null the index's own defaults
+/// ([`Index::default_params`]).
 ///
 /// # Safety
 /// `params` is null or valid.
-unsafe fn params_or_default(params: *const OctexSearchParams) -> SearchParams {
+unsafe fn params_or_default(params: *const OctexSearchParams, index: &Index) -> SearchParams {
     // SAFETY: the caller's contract.
     match unsafe { params.as_ref() } {
         Some(p) => SearchParams::from(*p),
-        None => SearchParams::default(),
+        None => index.default_params(),
     }
 }
 
@@ -635,7 +674,7 @@ pub unsafe extern "C" fn octex_search(
         // SAFETY: the caller's contract.
         let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
-        let p = unsafe { params_or_default(params) };
+        let p = unsafe { params_or_default(params, ix.shared.index()) };
         if ix.live.is_some() {
             return Err(invalid(
                 "an index with adds or removes is searched by octex_search_ids (user ids)",

@@ -132,7 +132,7 @@ pub unsafe extern "C" fn octex_search_ids(
         // SAFETY: the caller's contract.
         let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
-        let p = unsafe { crate::params_or_default(params) };
+        let p = unsafe { crate::params_or_default(params, ix.current()) };
         // SAFETY: the caller's contract.
         let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;
         let allowed = match allowed.is_null() {
@@ -166,7 +166,7 @@ pub unsafe extern "C" fn octex_search_bitset(
         // SAFETY: the caller's contract.
         let ix = unsafe { index.as_mut() }.ok_or_else(|| invalid("index is null"))?;
         // SAFETY: the caller's contract.
-        let p = unsafe { crate::params_or_default(params) };
+        let p = unsafe { crate::params_or_default(params, ix.current()) };
         // SAFETY: the caller's contract.
         let (values, dim) = unsafe { read_f32(queries, "queries", Some(&ix.shared)) }?;
         // SAFETY: the caller's contract.

@@ -20,8 +20,11 @@ use serde::{Deserialize, Serialize};
 
 /// First bytes of every index file.
 pub const MAGIC: &[u8; 8] = b"OCTEXIDX";
-/// Version of the layout this crate reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version of the layout this crate writes.
+pub const FORMAT_VERSION: u32 = 3;
+/// Oldest version it reads: version 2 is version 3 without
+/// [`IndexHeader::search_defaults`] (read as `None`).
+pub const OLDEST_FORMAT_VERSION: u32 = 2;
 /// Most residual sketch centres an index may hold (`u16` centre ids).
 pub const MAX_SKETCH_CENTRES: usize = 1 << 16;
 /// Alignment of every section.
@@ -314,6 +317,34 @@ pub struct IndexHeader {
     /// The build parameters as JSON, for the record.
     pub build_params: String,
     pub sections: Vec<SectionEntry>,
+    /// The search point the build chose for this index (format version 3;
+    /// `None` in older files and where the build chose none).
+    pub search_defaults: Option<SearchDefaults>,
+}
+
+/// The search parameters a build chose as its index's defaults for a
+/// recall@10 `target` on its own sample (the rule is
+/// `octex_search::Index::choose_defaults`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SearchDefaults {
+    pub read_depth: u32,
+    pub start_points: u32,
+    pub waves: u32,
+    pub rerank: u32,
+    /// The recall@10 target the point was chosen for.
+    pub target: f32,
+    /// Recall@10 of the point on the held-back sample.
+    pub held_out_recall: f32,
+}
+
+impl SearchDefaults {
+    /// Every count at least 1 and at most `2^22`, the recalls in `[0, 1]`.
+    pub fn is_valid(&self) -> bool {
+        let counts = [self.read_depth, self.start_points, self.waves, self.rerank];
+        let recalls = [self.target, self.held_out_recall];
+        counts.iter().all(|&c| (1..=1 << 22).contains(&c))
+            && recalls.iter().all(|r| (0.0..=1.0).contains(r))
+    }
 }
 
 impl IndexHeader {
@@ -331,17 +362,18 @@ pub(crate) fn bincode_config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<MAX_HEADER_LEN>()
 }
 
-/// The header bytes of a file framed as `magic (8) | version (u32) | header
-/// length (u32) | header checksum (xxh3-64)` followed by the header, its
-/// magic already checked: preamble length, version `version`, a plausible
-/// header length inside the file, the checksum. `kind` names the file in
-/// messages (`""` for an index, `"living "`); `origin` is the file's prefix.
+/// The header bytes and version of a file framed as `magic (8) | version
+/// (u32) | header length (u32) | header checksum (xxh3-64)` followed by the
+/// header, its magic already checked: preamble length, a version in
+/// `versions`, a plausible header length inside the file, the checksum.
+/// `kind` names the file in messages (`""` for an index, `"living "`);
+/// `origin` is the file's prefix.
 pub(crate) fn framed_header<'a>(
     bytes: &'a [u8],
-    version: u32,
+    versions: std::ops::RangeInclusive<u32>,
     kind: &str,
     origin: &str,
-) -> Result<&'a [u8], crate::IndexError> {
+) -> Result<(&'a [u8], u32), crate::IndexError> {
     use crate::IndexError;
     let le32 =
         |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
@@ -352,11 +384,12 @@ pub(crate) fn framed_header<'a>(
         });
     }
     let found = le32(8);
-    if found != version {
+    if !versions.contains(&found) {
         return Err(IndexError::Version {
             where_: format!("{origin}{kind}"),
             found,
-            supported: version,
+            oldest: *versions.start(),
+            newest: *versions.end(),
         });
     }
     let hlen = le32(12) as usize;
@@ -384,7 +417,7 @@ pub(crate) fn framed_header<'a>(
             part: format!("{kind}header"),
         });
     }
-    Ok(hbytes)
+    Ok((hbytes, found))
 }
 
 pub(crate) fn align_up(v: usize) -> usize {

@@ -26,8 +26,8 @@ pub mod table;
 pub mod vecfile;
 
 pub use format::{
-    IndexHeader, Metric, SectionKind, VectorDtype, VectorProblem, FORMAT_VERSION, MAX_BLOCKS,
-    MAX_SKETCH_WIDTH, MAX_SQUARED_NORM,
+    IndexHeader, Metric, SearchDefaults, SectionKind, VectorDtype, VectorProblem, FORMAT_VERSION,
+    MAX_BLOCKS, MAX_SKETCH_WIDTH, MAX_SQUARED_NORM, OLDEST_FORMAT_VERSION,
 };
 pub use index::{Index, IndexError, IndexParts, LoadOptions, RerankVectors, RerankView};
 pub use table::{TableEntry, PAD_ID};

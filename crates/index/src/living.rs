@@ -270,7 +270,7 @@ fn frame(bytes: &[u8], origin: &str) -> Result<(LivingHeader, Vec<Range<usize>>)
         where_: origin.to_string(),
         problem,
     };
-    let hbytes = framed_header(bytes, LIVING_VERSION, "living ", origin)?;
+    let (hbytes, _) = framed_header(bytes, LIVING_VERSION..=LIVING_VERSION, "living ", origin)?;
     let (header, _): (LivingHeader, usize) =
         bincode::serde::decode_from_slice(hbytes, bincode_config())
             .map_err(|e| invalid(format!("living header does not decode: {e}")))?;

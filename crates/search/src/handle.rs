@@ -24,7 +24,7 @@ pub struct SharedIndex {
 /// How a search's parameters are given.
 #[derive(Clone, Copy, Debug)]
 pub enum ParamsFrom {
-    /// [`SearchParams::default`].
+    /// The index's own ([`Index::default_params`]).
     Defaults,
     Given(SearchParams),
     /// Tuned for this recall@k target on the first batch's queries
@@ -57,7 +57,7 @@ impl SharedIndex {
         queries: &[f32],
     ) -> Result<(SearchParams, Option<String>), SearchError> {
         match from {
-            ParamsFrom::Defaults => Ok((SearchParams::default(), None)),
+            ParamsFrom::Defaults => Ok((self.index.default_params(), None)),
             ParamsFrom::Given(p) => Ok((p, None)),
             ParamsFrom::Recall(target) => {
                 let key = (target.to_bits(), k);

@@ -92,6 +92,15 @@ impl Index {
     pub fn metric(&self) -> Metric {
         self.raw.metric()
     }
+    /// The parameters a search takes when none are given: the point the
+    /// build chose for this index ([`octex_index::SearchDefaults`],
+    /// [`Index::choose_defaults`]), else [`SearchParams::default`].
+    pub fn default_params(&self) -> SearchParams {
+        self.raw
+            .header()
+            .search_defaults
+            .map_or_else(SearchParams::default, SearchParams::from)
+    }
 
     pub(crate) fn check(
         &self,

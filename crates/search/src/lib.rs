@@ -77,7 +77,8 @@ pub use octex_index::Metric;
 pub use plan::{SearchPlan, MAX_ENTRIES, MAX_WAVES};
 pub use tune::{
     cost_per_query, deepest_params, rebuild_advice, required_sample_recall, Reach, Tuned,
-    MIN_QUERY_SAMPLE, REACH_TARGET, TUNE_MARGIN, TUNE_MISS_FRACTION, TUNE_QUERIES,
+    DEFAULTS_K, DEFAULTS_TARGET, MIN_QUERY_SAMPLE, REACH_TARGET, TUNE_MARGIN, TUNE_MISS_FRACTION,
+    TUNE_QUERIES,
 };
 
 /// Whether this program can search on a GPU: built with the `gpu` feature,
@@ -132,9 +133,22 @@ impl SearchParams {
     }
 }
 
+impl From<octex_index::SearchDefaults> for SearchParams {
+    fn from(d: octex_index::SearchDefaults) -> Self {
+        Self {
+            read_depth: d.read_depth as usize,
+            start_points: d.start_points as usize,
+            waves: d.waves as usize,
+            rerank: d.rerank as usize,
+            wave_rerank: false,
+        }
+    }
+}
+
 impl Default for SearchParams {
-    /// `r=16, S=64, W=3, R=128`: a deep point that holds on data the project
-    /// was not tuned on; [`Index::tune_for_recall_on`] finds cheaper ones.
+    /// `r=16, S=64, W=3, R=128`: a deep point, for an index that holds no
+    /// defaults of its own ([`Index::default_params`]: a build chooses them
+    /// for its index).
     /// `R=128`: the exact rerank is cheap beside the sketch, and coarse
     /// sketches need it (docs/RESULTS.md, "Decisions").
     fn default() -> Self {

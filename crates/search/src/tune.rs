@@ -13,7 +13,7 @@
 //! (cosine: normalised again; inner product: the extra coordinate 0), against
 //! exact neighbours computed on the fly ([`crate::knn`] over the rerank vectors).
 
-use octex_index::{Metric, RerankView, VectorDtype};
+use octex_index::{Metric, RerankView, SearchDefaults, VectorDtype};
 
 use crate::knn::{self, Exclude, KnnMetric};
 use crate::{Index, SearchError, SearchParams, SearchStats};
@@ -90,7 +90,7 @@ impl Tuned {
 /// The recall an index can reach: [`Index::reach`] on the held-back sample.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reach {
-    /// Recall@k of the default parameters.
+    /// Recall@k of the index's default parameters ([`Index::default_params`]).
     pub default_recall: f64,
     /// Recall@k of [`deepest_params`], the deepest search the tuner tries.
     pub best_recall: f64,
@@ -136,6 +136,14 @@ pub fn rebuild_advice(index: &Index, reached: f64, target: f64) -> String {
             .max(h.sketch_width),
     )
 }
+
+/// Recall@[`DEFAULTS_K`] a build's stored defaults are chosen for
+/// ([`Index::choose_defaults`]): high enough that queries from another
+/// distribution than the base, which miss up to twice what the sample
+/// misses, stay above 0.95.
+pub const DEFAULTS_TARGET: f64 = 0.98;
+/// The `k` the stored defaults are chosen for.
+pub const DEFAULTS_K: usize = 10;
 
 /// One point measured on a sample ([`Sample::recall`]).
 #[derive(Clone, Copy, Debug)]
@@ -254,23 +262,18 @@ impl Index {
             depths.push(list_len / 2);
         }
         // Per (r, W, R): the smallest S that reaches `required` (recall
-        // and cost grow with S), stepping up START_POINTS two at a time and
-        // then back one; a point that misses and already costs more than the
-        // cheapest passing point so far ends the walk (no larger S can win).
+        // and cost grow with S), stepping up START_POINTS two at a time from
+        // `from` and then back one; a point that misses and already costs
+        // more than the cheapest passing point so far ends the walk (no
+        // larger S can win).
         let mut passing: Vec<(f64, SearchParams, f64)> = Vec::new();
         let mut best_seen = (SearchParams::default(), -1.0, f64::INFINITY);
         let mut cheapest = f64::INFINITY;
-        // The default shape first: it passes on most data, and its cost
-        // then bounds every other walk.
-        let d = SearchParams::default();
-        let combos = std::iter::once((list_len.max(1), d.waves, d.rerank)).chain(
-            depths.iter().flat_map(|&r| {
-                WAVES
-                    .iter()
-                    .flat_map(move |&w| RERANKS.iter().map(move |&rr| (r, w, rr)))
-            }),
-        );
-        for (read_depth, waves, rerank) in combos {
+        let mut walk_s = |read_depth: usize,
+                          waves: usize,
+                          rerank: usize,
+                          from: usize|
+         -> Result<Option<usize>, SearchError> {
             let at = |s: usize| SearchParams {
                 read_depth,
                 start_points: START_POINTS[s],
@@ -280,32 +283,52 @@ impl Index {
             };
             let mut measure = |s: usize| -> Result<Measured, SearchError> {
                 let m = tune.recall(self, &at(s))?;
+                tracing::debug!(params = ?at(s), recall = m.recall, cost = m.cost, "tuning point");
                 if m.recall > best_seen.1 {
                     best_seen = (at(s), m.recall, m.cost);
                 }
                 Ok(m)
             };
-            let mut s = 0;
+            let mut s = from;
             let found = loop {
                 let m = measure(s)?;
                 if m.passes(required, target) {
                     // One step back, when it was skipped.
-                    if s % 2 == 0 && s > 0 {
+                    if s > from && (s - from) % 2 == 0 {
                         let m1 = measure(s - 1)?;
                         if m1.passes(required, target) {
-                            break Some((m1.cost, at(s - 1), m1.recall));
+                            break Some((m1.cost, s - 1, m1.recall));
                         }
                     }
-                    break Some((m.cost, at(s), m.recall));
+                    break Some((m.cost, s, m.recall));
                 }
                 if m.cost >= cheapest || s + 1 >= START_POINTS.len() {
                     break None;
                 }
                 s = (s + 2).min(START_POINTS.len() - 1);
             };
-            if let Some((c, p, r)) = found {
+            Ok(found.map(|(c, s, r)| {
                 cheapest = cheapest.min(c);
-                passing.push((c, p, r));
+                passing.push((c, at(s), r));
+                s
+            }))
+        };
+        // The default shape first: it passes on most data, and its cost
+        // then bounds every other walk.
+        let d = SearchParams::default();
+        walk_s(list_len.max(1), d.waves, d.rerank, 0)?;
+        // Recall grows with R (the same candidates, more of them reranked):
+        // the deepest R walks first, and where it passes at no S, no R
+        // does; where it does, a smaller R needs at least as many start
+        // points.
+        let (deepest, shallower) = RERANKS.split_last().unwrap_or((&1024, &[]));
+        for &r in &depths {
+            for &w in &WAVES {
+                if let Some(s_min) = walk_s(r, w, *deepest, 0)? {
+                    for &rr in shallower {
+                        walk_s(r, w, rr, s_min)?;
+                    }
+                }
             }
         }
         passing.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -334,6 +357,52 @@ impl Index {
         })
     }
 
+    /// The search defaults a build stores in its index: the fixed
+    /// [`SearchParams::default`] where it reaches [`DEFAULTS_TARGET`] at
+    /// [`DEFAULTS_K`] on the tuning sample and the held-back one, else the
+    /// fixed point deepened, coordinate by coordinate, to the point
+    /// [`Self::tune_for_recall`] chooses for the target (or the best it
+    /// found). Never shallower than the fixed point: queries from another
+    /// distribution than the base need its depth where the sample does not
+    /// (a mixture queried between its clusters: 0.79 at the sample's
+    /// cheapest passing point, 0.97 at the fixed one). `None` for an index
+    /// too small to sample.
+    pub fn choose_defaults(&self) -> Result<Option<SearchDefaults>, SearchError> {
+        let k = DEFAULTS_K;
+        if self.len() < 2 * (k + 1) {
+            return Ok(None);
+        }
+        let (target, required) = (DEFAULTS_TARGET, required_sample_recall(DEFAULTS_TARGET));
+        let held_enough = required.min(target + TUNE_MARGIN);
+        let (tune, held) = self.tuning_samples(k);
+        let fixed = SearchParams::default();
+        let mut chosen = fixed;
+        let mut held_out = -1.0;
+        if tune.recall(self, &fixed.for_k(k))?.passes(required, target) {
+            held_out = held.recall(self, &fixed.for_k(k))?.recall;
+        }
+        if held_out < held_enough {
+            let t = self.walk(&tune, &held, target, required, k)?;
+            chosen = SearchParams {
+                read_depth: fixed.read_depth.max(t.params.read_depth),
+                start_points: fixed.start_points.max(t.params.start_points),
+                waves: fixed.waves.max(t.params.waves),
+                rerank: fixed.rerank.max(t.params.rerank),
+                wave_rerank: false,
+            };
+            held_out = held.recall(self, &chosen.for_k(k))?.recall;
+        }
+        let count = |v: usize| v.min(1 << 22) as u32;
+        Ok(Some(SearchDefaults {
+            read_depth: count(chosen.read_depth),
+            start_points: count(chosen.start_points),
+            waves: count(chosen.waves),
+            rerank: count(chosen.rerank),
+            target: target as f32,
+            held_out_recall: held_out as f32,
+        }))
+    }
+
     /// Recall@`k` of the default parameters and of the deepest search
     /// ([`deepest_params`]) on the held-back tuning sample: the build's check of
     /// what its index can reach.
@@ -345,7 +414,7 @@ impl Index {
         let (_, held) = self.tuning_samples(k);
         let deepest = deepest_params(self.raw.header().list_len as usize).for_k(k);
         Ok(Reach {
-            default_recall: held.recall(self, &SearchParams::default().for_k(k))?.recall,
+            default_recall: held.recall(self, &self.default_params().for_k(k))?.recall,
             best_recall: held.recall(self, &deepest)?.recall,
         })
     }

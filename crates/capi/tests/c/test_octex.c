@@ -105,6 +105,16 @@ int octex_c_test_main(int argc, char** argv) {
   CHECK(octex_search(again, &tq, K, &p, NULL, &ti2, &td) == OCTEX_STATUS_OK, "search after load");
   CHECK(memcmp(ids, ids2, sizeof ids) == 0, "same ids after the round trip");
 
+  /* Null parameters: the index's own defaults, chosen by its build. */
+  OctexSearchParams index_defaults;
+  CHECK(octex_default_params(again, &index_defaults) == OCTEX_STATUS_OK, "default params");
+  CHECK(index_defaults.start_points >= 1 && index_defaults.waves >= 1 && index_defaults.rerank >= 1, "defaults S %zu W %zu R %zu",
+        index_defaults.start_points, index_defaults.waves, index_defaults.rerank);
+  CHECK(octex_search(again, &tq, K, &index_defaults, NULL, &ti, &td) == OCTEX_STATUS_OK, "search at the defaults");
+  CHECK(octex_search(again, &tq, K, NULL, NULL, &ti2, &td) == OCTEX_STATUS_OK, "search, null params");
+  CHECK(memcmp(ids, ids2, sizeof ids) == 0, "null parameters are the index's defaults");
+  CHECK(octex_default_params(NULL, &index_defaults) == OCTEX_STATUS_INVALID_ARGUMENT, "null index");
+
   /* Refusals: status codes and messages. */
   int64_t wrong[2] = {NQ, DIM - 1};
   DLTensor tw = matrix(queries, wrong, kDLFloat);

@@ -27,11 +27,12 @@ pub enum IndexError {
     NotAnIndex(String),
     #[error("{0}a living index file (user ids, removals or vectors not yet inserted): load it with LiveIndex::load (Python octex.load, C octex_load)")]
     LivingFile(String),
-    #[error("{where_}index format version {found}; this build of octex reads version {supported} only: rebuild the index")]
+    #[error("{where_}index format version {found}; this build of octex reads versions {oldest} to {newest}: rebuild the index with it")]
     Version {
         where_: String,
         found: u32,
-        supported: u32,
+        oldest: u32,
+        newest: u32,
     },
     #[error("{where_}truncated: {problem}")]
     Truncated { where_: String, problem: String },
@@ -330,6 +331,49 @@ impl Index {
                 source,
             },
         )
+    }
+
+    /// This index with the header's search defaults set ([`SearchDefaults`]).
+    /// The header is rewritten in place where it still fits before the first
+    /// section (the rest of the gap zeroed), else the index is assembled
+    /// again; either way the result is validated as a load would validate
+    /// it, and it is of version [`FORMAT_VERSION`].
+    pub fn with_search_defaults(
+        self,
+        defaults: Option<SearchDefaults>,
+    ) -> Result<Self, IndexError> {
+        let mut header = self.header.clone();
+        header.search_defaults = defaults;
+        let hbytes = bincode::serde::encode_to_vec(&header, bincode_config()).map_err(|e| {
+            IndexError::Invalid {
+                where_: self.origin.clone(),
+                problem: format!("header does not encode: {e}"),
+            }
+        })?;
+        let first = self
+            .header
+            .sections
+            .first()
+            .map_or(0, |s| s.offset as usize);
+        match self.storage {
+            Storage::Owned(mut words, len) if PREAMBLE_LEN + hbytes.len() <= first => {
+                let buf: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut words)[..len];
+                buf[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+                buf[12..16].copy_from_slice(&(hbytes.len() as u32).to_le_bytes());
+                buf[16..24].copy_from_slice(&xxh3_64(&hbytes).to_le_bytes());
+                buf[PREAMBLE_LEN..PREAMBLE_LEN + hbytes.len()].copy_from_slice(&hbytes);
+                buf[PREAMBLE_LEN + hbytes.len()..first].fill(0);
+                let opts = LoadOptions {
+                    verify_checksums: false,
+                };
+                Self::validate(Storage::Owned(words, len), self.origin, opts)
+            }
+            _ => {
+                let mut parts = self.to_parts();
+                parts.header = header;
+                Self::from_parts(parts)
+            }
+        }
     }
 
     /// The raw bytes of the whole index (the file's contents).

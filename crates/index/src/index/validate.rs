@@ -53,10 +53,25 @@ impl Index {
             }
             return Err(IndexError::NotAnIndex(w()));
         }
-        let hbytes = framed_header(bytes, FORMAT_VERSION, "", &origin)?;
-        let (header, _): (IndexHeader, usize) =
-            bincode::serde::decode_from_slice(hbytes, bincode_config())
-                .map_err(|e| invalid(format!("header does not decode: {e}")))?;
+        let (hbytes, version) =
+            framed_header(bytes, OLDEST_FORMAT_VERSION..=FORMAT_VERSION, "", &origin)?;
+        let decode = |h: &[u8]| {
+            bincode::serde::decode_from_slice::<IndexHeader, _>(h, bincode_config())
+                .map(|(header, _)| header)
+                .map_err(|e| invalid(format!("header does not decode: {e}")))
+        };
+        // Version 2 lacks the last field, an `Option`: its `None` is one zero byte.
+        let header = if version == 2 {
+            decode(&[hbytes, &[0]].concat())?
+        } else {
+            decode(hbytes)?
+        };
+        if header.search_defaults.is_some_and(|d| !d.is_valid()) {
+            return Err(invalid(format!(
+                "search defaults {:?} out of range",
+                header.search_defaults
+            )));
+        }
 
         // Sections: present once each, in order, aligned, inside the file.
         if header.sections.len() != SectionKind::ALL.len() {

@@ -148,6 +148,7 @@ impl Shape {
             seed: 0,
             build_params: String::new(),
             sections: Vec::new(),
+            search_defaults: None,
         }
     }
 

@@ -167,10 +167,23 @@ pub fn sketch_norms(index: &Index) -> Vec<f32> {
         .collect()
 }
 
-/// Most fallback entry points.
-pub const MAX_SEEDS: usize = 256;
+/// Fewest and most fallback entry points ([`seed_count`]).
+pub const MIN_SEEDS: usize = 256;
+pub const MAX_SEEDS: usize = 1024;
 
-/// Fallback entry points, at most [`MAX_SEEDS`]: with a residual sketch, the
+/// Fallback entry points of an index of `n` vectors: `2 sqrt(n)` within
+/// [`MIN_SEEDS`]..=[`MAX_SEEDS`]. A query far from the data starts from the
+/// seeds nearest it by sketch, and more seeds start it nearer: queries from
+/// another mixture than the base's (every copy's fragment empty), 200k x 64
+/// recall@10 0.929 with 256 seeds, 0.993 with 1,024; 1M 0.787 and 0.968
+/// (4,096: 0.985, but the GPU's first-round buffers would outgrow its wave
+/// buffers at `S < 64`).
+pub fn seed_count(n: usize) -> usize {
+    let grown = (2.0 * (n as f64).sqrt()).ceil() as usize;
+    grown.clamp(MIN_SEEDS, MAX_SEEDS)
+}
+
+/// Fallback entry points, [`seed_count`] of them: with a residual sketch, the
 /// member of each sketch centre nearest to it (its residual code the
 /// smallest), then ids spread uniformly over the index (a multiplicative-hash
 /// stride, so no id order of the data aligns with it) up to the limit.
@@ -184,10 +197,11 @@ pub const MAX_SEEDS: usize = 256;
 /// first round finds at least `S` ids.
 pub fn entry_points(index: &Index) -> Vec<u32> {
     let n = index.len() as u64;
+    let count = seed_count(index.len());
     let mut seeds = centre_members(index);
-    let uniform = (MAX_SEEDS as u64).saturating_sub(seeds.len() as u64);
+    let uniform = (count as u64).saturating_sub(seeds.len() as u64);
     seeds.extend((0..uniform).map(|i| ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) % n) as u32));
-    seeds.truncate(MAX_SEEDS);
+    seeds.truncate(count);
     seeds.sort_unstable();
     seeds.dedup();
     seeds

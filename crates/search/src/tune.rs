@@ -55,14 +55,18 @@ const RERANKS: [usize; 6] = [16, 32, 64, 128, 256, 1024];
 /// and every ripple entry it touched (`stats` summed over its queries).
 pub fn cost_per_query(index: &Index, stats: &SearchStats) -> f64 {
     let h = index.raw.header();
+    let bytes = stats.sketch_distances * h.sketch_width as u64 + stats.first_round_entries * 4;
+    bytes as f64 / stats.queries.max(1) as f64 + rerank_cost_per_query(index, stats)
+}
+
+/// The part of [`cost_per_query`] the exact rerank reads.
+fn rerank_cost_per_query(index: &Index, stats: &SearchStats) -> f64 {
+    let h = index.raw.header();
     let vector_bytes = match h.vector_dtype {
         VectorDtype::F16 => 2,
         VectorDtype::F32 => 4,
     };
-    let bytes = stats.sketch_distances * h.sketch_width as u64
-        + stats.exact_distances * (h.dim as u64 * vector_bytes)
-        + stats.first_round_entries * 4;
-    bytes as f64 / stats.queries.max(1) as f64
+    (stats.exact_distances * h.dim as u64 * vector_bytes) as f64 / stats.queries.max(1) as f64
 }
 
 /// A point chosen for a recall target.
@@ -152,6 +156,8 @@ struct Measured {
     /// Standard error of `recall` over the sample's queries.
     error: f64,
     cost: f64,
+    /// The part of `cost` the exact rerank reads.
+    rerank_cost: f64,
 }
 
 impl Measured {
@@ -191,6 +197,7 @@ impl Sample {
             recall: mean,
             error: (var / nq.max(1) as f64).sqrt(),
             cost: cost_per_query(index, &res.stats),
+            rerank_cost: rerank_cost_per_query(index, &res.stats),
         })
     }
 }
@@ -269,10 +276,14 @@ impl Index {
         let mut passing: Vec<(f64, SearchParams, f64)> = Vec::new();
         let mut best_seen = (SearchParams::default(), -1.0, f64::INFINITY);
         let mut cheapest = f64::INFINITY;
+        // A probe (the deepest R, standing for every R) ends its walk on
+        // the cost of its search without the rerank, which bounds the cost
+        // of every R at that S from below.
         let mut walk_s = |read_depth: usize,
                           waves: usize,
                           rerank: usize,
-                          from: usize|
+                          from: usize,
+                          probe: bool|
          -> Result<Option<usize>, SearchError> {
             let at = |s: usize| SearchParams {
                 read_depth,
@@ -302,7 +313,12 @@ impl Index {
                     }
                     break Some((m.cost, s, m.recall));
                 }
-                if m.cost >= cheapest || s + 1 >= START_POINTS.len() {
+                let bound = if probe {
+                    m.cost - m.rerank_cost
+                } else {
+                    m.cost
+                };
+                if bound >= cheapest || s + 1 >= START_POINTS.len() {
                     break None;
                 }
                 s = (s + 2).min(START_POINTS.len() - 1);
@@ -316,7 +332,7 @@ impl Index {
         // The default shape first: it passes on most data, and its cost
         // then bounds every other walk.
         let d = SearchParams::default();
-        walk_s(list_len.max(1), d.waves, d.rerank, 0)?;
+        walk_s(list_len.max(1), d.waves, d.rerank, 0, false)?;
         // Recall grows with R (the same candidates, more of them reranked):
         // the deepest R walks first, and where it passes at no S, no R
         // does; where it does, a smaller R needs at least as many start
@@ -324,9 +340,9 @@ impl Index {
         let (deepest, shallower) = RERANKS.split_last().unwrap_or((&1024, &[]));
         for &r in &depths {
             for &w in &WAVES {
-                if let Some(s_min) = walk_s(r, w, *deepest, 0)? {
+                if let Some(s_min) = walk_s(r, w, *deepest, 0, true)? {
                     for &rr in shallower {
-                        walk_s(r, w, rr, s_min)?;
+                        walk_s(r, w, rr, s_min, false)?;
                     }
                 }
             }
@@ -558,6 +574,7 @@ mod tests {
             recall,
             error,
             cost: 1.0,
+            rerank_cost: 0.0,
         };
         // Queries that agree: the fixed margin decides.
         assert!(m(0.953, 0.001).passes(0.952, 0.95));

@@ -64,9 +64,9 @@ extern "C" {
 struct OctexSearchParams octex_search_params_default(void);
 
 // The parameters a search of `index` given null parameters takes: the
-// point its build chose (recall@10 about 0.98 on its own sample), or
-// `octex_search_params_default()` for an index saved before such points
-// were stored.
+// point its build chose (the fixed defaults, deepened where the index's own
+// sample needs it), or `octex_search_params_default()` for an index saved
+// before builds chose one.
 //
 // # Safety
 // `index` is null or a live index; `out` is a valid pointer.

@@ -98,6 +98,9 @@ def build(
         parts = [ray.put(np.ascontiguousarray(data[a:b], dtype=np.float32)) for a, b in cuts]
     elif isinstance(data, (list, tuple)):
         parts = [str(f) for f in data]
+        odd = [f for f in parts if not f.endswith((".npy", ".fvecs"))]
+        if odd or not parts:
+            raise ValueError(f"shard files are .npy or .fvecs, one or more: {odd or parts}")
     else:
         parts = list(data.split(shards))
     tasks = [

@@ -90,3 +90,38 @@ def test_serve_round_trip(sharded, data):
         assert np.array_equal(np.array(answer["ids"], dtype=np.uint64), want)
     finally:
         serve.shutdown()
+
+
+def test_build_from_files_and_from_a_ray_dataset(cluster, data, tmp_path):
+    base, queries = data
+    small = base[:3000]
+    want = exact(small, queries, 10)
+    # Files: one shard each, in the order given (.npy and .fvecs).
+    np.save(tmp_path / "a.npy", small[:1200])
+    rows = small[1200:]
+    header = np.full((len(rows), 1), rows.shape[1], dtype=np.int32)
+    np.hstack([header, rows.view(np.int32)]).tofile(tmp_path / "b.fvecs")
+    from_files = oray.build([tmp_path / "a.npy", tmp_path / "b.fvecs"], path=str(tmp_path / "files"))
+    assert [e["len"] for e in from_files.manifest["shards"]] == [1200, 1800]
+    ids, _ = from_files.search(queries, 10, exact=True)
+    assert recall(ids, want) >= 0.99
+    from_files.close()
+    # A Ray Dataset with one vector column, split into shards.
+    ds = ray.data.from_items([{"vector": v} for v in small])
+    from_ds = oray.build(ds, shards=3, path=str(tmp_path / "ds"))
+    assert len(from_ds) == 3000 and len(from_ds.manifest["shards"]) == 3
+    ids, _ = from_ds.search(queries, 10, exact=True)
+    # A split's row order is Ray's: compare the vectors found, not the ids.
+    stored = np.concatenate(
+        [
+            octex.Index.load(str(tmp_path / "ds" / e["file"])).reconstruct(np.arange(e["len"], dtype=np.uint64))
+            for e in from_ds.manifest["shards"]
+        ]
+    )
+    found = stored[ids.astype(np.int64)]
+    truth = small[want]
+    close = np.isclose(found[:, :, None, :], truth[:, None, :, :], atol=1e-2).all(-1).any(-1)
+    assert close.mean() >= 0.99
+    from_ds.close()
+    with pytest.raises(ValueError, match="are .npy or .fvecs"):
+        oray.build([tmp_path / "a.txt"], path=str(tmp_path / "bad"))

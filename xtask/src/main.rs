@@ -7,6 +7,7 @@
 //! - `bench`: parameter sweep with peers, JSON and a Pareto plot;
 //! - `codes`: how well compressed codes rank a data set (sketch vs RaBitQ);
 //! - `kernel-report`: registers and spills of each GPU search build (ptxas);
+//! - `plan`: where each part of an index would live on given GPUs and host;
 //! - `demo`: fetch, build, search and compare with brute force in one go.
 
 mod bench;
@@ -21,6 +22,7 @@ mod gpu_bench;
 mod kernel_report;
 mod live_bench;
 mod passages;
+mod plan_cmd;
 mod plot;
 mod progress;
 mod search_cmd;
@@ -118,6 +120,10 @@ enum Cmd {
     /// Registers, stack and spills of each GPU search build (`ptxas -v` on the
     /// module as the driver loads it; no GPU needed).
     KernelReport(kernel_report::KernelReportArgs),
+    /// Where each part of an index would live on given GPUs, host memory and
+    /// disk, and what would be shrunk (a built index, or one predicted from n
+    /// and the dimension).
+    Plan(plan_cmd::PlanArgs),
     /// Redraw the Pareto plot of a bench's results.json.
     Plot {
         #[arg(long)]
@@ -209,6 +215,7 @@ fn main() -> Result<()> {
         Cmd::BenchLive(args) => live_bench::run(args, &root),
         Cmd::Codes(args) => codes::run(args, &root),
         Cmd::KernelReport(args) => kernel_report::run(args),
+        Cmd::Plan(args) => plan_cmd::run(args),
         Cmd::Plot { results, out } => bench::replot(&results, &out),
         Cmd::Demo {
             data,

@@ -63,10 +63,9 @@ pub fn run(args: PlanArgs) -> Result<()> {
         (Some(path), _, _) => {
             let index = octex_index::Index::load(path)?;
             let h = index.header();
-            let s = octex_build::sizes_of(&index);
             (
                 format!("{} ({} x {})", path.display(), h.n, h.input_dim),
-                to_sizes(&s, h.copies, h.list_len),
+                sizes_of_index(&index),
             )
         }
         (None, Some(n), Some(dim)) => {
@@ -119,6 +118,12 @@ pub fn run(args: PlanArgs) -> Result<()> {
     );
     println!("{}", plan(&sizes, &machine)?);
     Ok(())
+}
+
+/// The planner's sizes of a built index.
+pub fn sizes_of_index(index: &octex_index::Index) -> IndexSizes {
+    let h = index.header();
+    to_sizes(&octex_build::sizes_of(index), h.copies, h.list_len)
 }
 
 fn to_sizes(s: &SizeEstimate, copies: u32, list_len: u32) -> IndexSizes {

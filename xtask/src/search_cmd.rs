@@ -88,8 +88,44 @@ pub struct SearchArgs {
     /// auto (the GPU when one is usable), cpu or gpu.
     #[arg(long, default_value_t = Backend::Auto)]
     pub backend: Backend,
+    /// Host memory the index may take on a CPU search (`8GB`): the
+    /// placement plan keeps the per-wave parts in memory and, when the rerank
+    /// vectors do not fit beside them, reads those from the file on demand.
+    #[arg(long, value_parser = octex_placement::parse_bytes)]
+    pub host_mem: Option<u64>,
     #[command(flatten)]
     pub flags: SearchFlags,
+}
+
+/// Follow the CPU placement plan for `host_mem` bytes: per-wave sections
+/// read ahead, the rerank vectors read at random where the plan puts them
+/// on disk. Returns whether it does.
+fn place_on_host(index: &Index, host_mem: u64) -> Result<bool> {
+    let sizes = crate::plan_cmd::sizes_of_index(index.raw());
+    let machine = octex_placement::Machine::new(0, 0, host_mem);
+    let on_disk = match octex_placement::plan(&sizes, &machine) {
+        Ok(plan) => {
+            eprintln!("placement for {host_mem} bytes of memory:\n{plan}");
+            plan.placement(octex_placement::Part::Vectors).tier == octex_placement::Tier::Disk
+        }
+        Err(e) => {
+            eprintln!("warning: {e}; the search pages the index in and out");
+            true
+        }
+    };
+    index.raw().advise_memory(on_disk)?;
+    Ok(on_disk)
+}
+
+/// Resident and peak resident memory of this process in MiB (Linux).
+fn resident_mib() -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
 /// Search all queries in batches of `batch` on `searcher`; returns ids
@@ -227,6 +263,11 @@ pub fn run(args: SearchArgs) -> Result<()> {
         );
     }
     let nq = queries.len() / dim;
+    let vectors_on_disk = match (args.host_mem, backend) {
+        (Some(mem), Backend::Cpu) => place_on_host(&index, mem)?,
+        (Some(_), _) => bail!("--host-mem plans a CPU search (add --backend cpu)"),
+        (None, _) => false,
+    };
     let p = args.flags.params_for(&index, args.k, &queries)?;
     // GPU launches take 10,000 queries at most by default; the CPU searches
     // all at once unless told otherwise.
@@ -254,12 +295,16 @@ pub fn run(args: SearchArgs) -> Result<()> {
         stats.exact_distances as f64 / q,
         stats.copies_without_fragment as f64 / q
     );
+    let (rss, peak) = resident_mib().unzip();
     let json = serde_json::json!({
         "backend": backend.name(),
         "queries": nq,
         "seconds": secs,
         "qps": nq as f64 / secs,
         "recall": recall,
+        "vectors_on_disk": vectors_on_disk,
+        "resident_mib": rss,
+        "peak_resident_mib": peak,
     });
     println!("{json}");
     Ok(())

@@ -484,6 +484,32 @@ impl Index {
         Some(&self.ripples()[start..start + l])
     }
 
+    /// Tell the OS how a mapped index will be read: every section but the
+    /// rerank vectors is read ahead now (read per wave, it should stay in
+    /// memory); with `vectors_on_disk`, the rerank vectors are marked as read
+    /// at random, so a fault reads the page of one vector and not a readahead
+    /// window that would push the per-wave sections out of a memory smaller
+    /// than the file. Nothing for an index in owned memory.
+    pub fn advise_memory(&self, vectors_on_disk: bool) -> std::io::Result<()> {
+        let (map, base) = match &self.storage {
+            Storage::Mapped(m) => (m, 0),
+            Storage::MappedPart(m, r) => (m, r.start),
+            Storage::Owned(..) => return Ok(()),
+        };
+        for (kind, range) in SectionKind::ALL.iter().zip(&self.ranges) {
+            if range.is_empty() {
+                continue;
+            }
+            let advice = match (kind, vectors_on_disk) {
+                (SectionKind::Vectors, true) => memmap2::Advice::Random,
+                (SectionKind::Vectors, false) => continue,
+                _ => memmap2::Advice::WillNeed,
+            };
+            map.advise_range(advice, base + range.start, range.len())?;
+        }
+        Ok(())
+    }
+
     /// Bytes of each part, for size reports.
     pub fn section_sizes(&self) -> Vec<(SectionKind, u64)> {
         self.header

@@ -2,9 +2,9 @@
 //! plan for less memory than the index puts its rerank vectors on disk, and
 //! advising the mapped file so changes no answer.
 
-use octex_build::{build, sizes_of};
+use octex_build::{build, placement_sizes};
 use octex_index::{Index as RawIndex, Metric};
-use octex_placement::{plan, IndexSizes, Machine, Part, Tier};
+use octex_placement::{plan, Machine, Part, Tier};
 use octex_search::{Index, SearchParams};
 use octex_tests::{clustered, test_params};
 
@@ -18,18 +18,7 @@ fn a_mapped_index_planned_with_vectors_on_disk_answers_the_same() {
     built.save(&path).unwrap();
 
     let raw = RawIndex::load(&path).unwrap();
-    let s = sizes_of(&raw);
-    let h = raw.header();
-    let sizes = IndexSizes {
-        copies: h.copies,
-        list_len: h.list_len,
-        ripples: s.ripples,
-        key_tables: s.key_tables,
-        sketch: s.sketch,
-        rows: s.rows,
-        vectors: s.vectors,
-        small: s.small,
-    };
+    let sizes = placement_sizes(&raw);
     assert!(sizes.total() <= raw.as_bytes().len() as u64);
     // Room for the per-wave parts only.
     let p = plan(&sizes, &Machine::new(0, 0, sizes.per_wave())).unwrap();

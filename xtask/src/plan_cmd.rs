@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use octex_build::{BuildParams, SizeEstimate};
-use octex_placement::{parse_bytes, plan, IndexSizes, Machine, GIB};
+use octex_placement::{parse_bytes, plan, Machine, GIB};
 use octex_search::Backend;
 
 #[derive(Args, Debug)]
@@ -65,7 +65,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
             let h = index.header();
             (
                 format!("{} ({} x {})", path.display(), h.n, h.input_dim),
-                sizes_of_index(&index),
+                octex_build::placement_sizes(&index),
             )
         }
         (None, Some(n), Some(dim)) => {
@@ -85,7 +85,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
                     "predicted {n} x {dim} (C={} l={} pmin={} w={} Lt={})",
                     p.copies, p.list_len, p.min_fragment, p.sketch_width, p.row_len
                 ),
-                to_sizes(&s, p.copies as u32, p.list_len as u32),
+                s.for_placement(p.copies as u32, p.list_len as u32),
             )
         }
         _ => bail!("give --index, or --n and --dim"),
@@ -118,23 +118,4 @@ pub fn run(args: PlanArgs) -> Result<()> {
     );
     println!("{}", plan(&sizes, &machine)?);
     Ok(())
-}
-
-/// The planner's sizes of a built index.
-pub fn sizes_of_index(index: &octex_index::Index) -> IndexSizes {
-    let h = index.header();
-    to_sizes(&octex_build::sizes_of(index), h.copies, h.list_len)
-}
-
-fn to_sizes(s: &SizeEstimate, copies: u32, list_len: u32) -> IndexSizes {
-    IndexSizes {
-        copies,
-        list_len,
-        ripples: s.ripples,
-        key_tables: s.key_tables,
-        sketch: s.sketch,
-        rows: s.rows,
-        vectors: s.vectors,
-        small: s.small,
-    }
 }

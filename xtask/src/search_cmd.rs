@@ -101,7 +101,7 @@ pub struct SearchArgs {
 /// read ahead, the rerank vectors read at random where the plan puts them
 /// on disk. Returns whether it does.
 fn place_on_host(index: &Index, host_mem: u64) -> Result<bool> {
-    let sizes = crate::plan_cmd::sizes_of_index(index.raw());
+    let sizes = octex_build::placement_sizes(index.raw());
     let machine = octex_placement::Machine::new(0, 0, host_mem);
     let on_disk = match octex_placement::plan(&sizes, &machine) {
         Ok(plan) => {

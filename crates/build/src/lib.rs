@@ -562,6 +562,12 @@ pub fn with_chosen_defaults(index: Index) -> Result<Index, BuildError> {
     Ok(raw.with_search_defaults(chosen)?)
 }
 
+/// The placement planner's sizes of a built or loaded index.
+pub fn placement_sizes(index: &Index) -> octex_placement::IndexSizes {
+    let h = index.header();
+    sizes_of(index).for_placement(h.copies, h.list_len)
+}
+
 /// Bytes per part of a built or loaded index.
 pub fn sizes_of(index: &Index) -> SizeEstimate {
     use octex_index::SectionKind::*;

@@ -351,6 +351,21 @@ pub struct SizeEstimate {
 }
 
 impl SizeEstimate {
+    /// The placement planner's view of these sizes, measured at `copies`
+    /// copies of ripples of `list_len` entries.
+    pub fn for_placement(&self, copies: u32, list_len: u32) -> octex_placement::IndexSizes {
+        octex_placement::IndexSizes {
+            copies,
+            list_len,
+            ripples: self.ripples,
+            key_tables: self.key_tables,
+            sketch: self.sketch,
+            rows: self.rows,
+            vectors: self.vectors,
+            small: self.small,
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.sketch + self.rows + self.ripples + self.key_tables + self.vectors + self.small
     }

@@ -28,9 +28,10 @@
 //! file on demand.
 //!
 //! Place in the pipeline: after a build (or before one: `cargo xtask plan`
-//! predicts the sizes), before loading; the loaders of `octex-search` do not
-//! follow a plan yet (issue 48's tiers). Pure and dependency-free: sizes in,
-//! a [`Plan`] out.
+//! predicts the sizes), before loading: a CPU search follows a plan through
+//! `octex_index::Index::advise_memory` (`xtask search --host-mem`); the GPU
+//! loader does not yet. Pure and dependency-free: sizes in (from
+//! `octex_build::placement_sizes`), a [`Plan`] out.
 
 use std::fmt;
 

@@ -173,11 +173,9 @@ pub const MAX_SEEDS: usize = 1024;
 
 /// Fallback entry points of an index of `n` vectors: `2 sqrt(n)` within
 /// [`MIN_SEEDS`]..=[`MAX_SEEDS`]. A query far from the data starts from the
-/// seeds nearest it by sketch, and more seeds start it nearer: queries from
-/// another mixture than the base's (every copy's fragment empty), 200k x 64
-/// recall@10 0.929 with 256 seeds, 0.993 with 1,024; 1M 0.787 and 0.968
-/// (4,096: 0.985, but the GPU's first-round buffers would outgrow its wave
-/// buffers at `S < 64`).
+/// seeds nearest it by sketch, and more seeds start it nearer; the cap keeps
+/// the GPU's first-round buffer within its wave buffer (docs/RESULTS.md,
+/// "Decisions").
 pub fn seed_count(n: usize) -> usize {
     let grown = (2.0 * (n as f64).sqrt()).ceil() as usize;
     grown.clamp(MIN_SEEDS, MAX_SEEDS)

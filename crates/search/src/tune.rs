@@ -379,10 +379,9 @@ impl Index {
     /// fixed point deepened, coordinate by coordinate, to the point
     /// [`Self::tune_for_recall`] chooses for the target (or the best it
     /// found). Never shallower than the fixed point: queries from another
-    /// distribution than the base need its depth where the sample does not
-    /// (a mixture queried between its clusters: 0.79 at the sample's
-    /// cheapest passing point, 0.97 at the fixed one). `None` for an index
-    /// too small to sample.
+    /// distribution than the base can need its depth where the sample does
+    /// not (docs/RESULTS.md, "Tried and not kept"). `None` for an index too
+    /// small to sample.
     pub fn choose_defaults(&self) -> Result<Option<SearchDefaults>, SearchError> {
         let k = DEFAULTS_K;
         if self.len() < 2 * (k + 1) {

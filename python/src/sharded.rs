@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use octex_build::{merge_topk as merge, BuildParams, Order, ShardAnswer, ShardError, ShardedIndex};
 
 use crate::{parse, result_arrays, search_error, PySearchParams};
+use octex_search::SearchParams;
 
 fn shard_error(e: ShardError) -> PyErr {
     match e {
@@ -100,9 +101,9 @@ impl PyShardedIndex {
         let q = queries
             .as_slice()
             .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
-        let p = params.map(Into::into).unwrap_or_default();
+        let p: Option<SearchParams> = params.map(Into::into);
         let (ids, d) = py
-            .detach(|| self.inner.search(q, k, &p))
+            .detach(|| self.inner.search(q, k, p.as_ref()))
             .map_err(shard_error)?;
         result_arrays(py, q.len() / dim, k, ids, d)
     }

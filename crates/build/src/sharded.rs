@@ -214,17 +214,20 @@ impl ShardedIndex {
 
     /// The `k` nearest of each query over all shards: global ids
     /// (`u64::MAX` where fewer than `k` exist) and distances, `nq x k`.
+    /// With `p` `None`, each shard searches at its own defaults
+    /// ([`octex_search::Index::default_params`]).
     pub fn search(
         &self,
         queries: &[f32],
         k: usize,
-        p: &SearchParams,
+        p: Option<&SearchParams>,
     ) -> Result<(Vec<u64>, Vec<f32>), ShardError> {
         let dim = self.manifest.dim;
         let nq = queries.len() / dim.max(1);
         let mut answers = Vec::with_capacity(self.shards.len());
         for (entry, index) in self.manifest.shards.iter().zip(&self.shards) {
-            let res = index.search(queries, k.min(index.len()).max(1), p)?;
+            let own = index.default_params();
+            let res = index.search(queries, k.min(index.len()).max(1), p.unwrap_or(&own))?;
             let kk = res.k;
             let ids: Vec<u64> = res
                 .ids

@@ -507,10 +507,7 @@ pub fn build_with_progress(
                 })
             }
             None if exact_rows => report.phase("rows_exact", || {
-                let (ids, dists) =
-                    knn::exact_knn(x, x, sdim, k_fwd, knn::KnnMetric::L2, true, &|done| {
-                        pb.inc(done as u64)
-                    });
+                let (ids, dists) = knn::neighbour_rows(x, sdim, k_fwd, &|done| pb.inc(done as u64));
                 rows::assemble(&ids, &dists, k_fwd, shape)
             }),
             None => {

@@ -89,7 +89,14 @@ pub fn order_by_detours(ids: &mut [u32], dists: &mut [f32], k: usize) {
                     }
                 }
                 detours.iter_mut().for_each(|d| *d = 0);
-                for (i, &w) in list.iter().enumerate() {
+                for &w in list.iter().take(PREFETCH_AHEAD) {
+                    prefetch_list(&original, w, k);
+                }
+                // The last neighbour has no later rank to count into.
+                for (i, &w) in list.iter().enumerate().take(k - 1) {
+                    if let Some(&ahead) = list.get(i + PREFETCH_AHEAD) {
+                        prefetch_list(&original, ahead, k);
+                    }
                     if w == PAD_ID {
                         continue;
                     }
@@ -129,6 +136,30 @@ pub fn order_by_detours(ids: &mut [u32], dists: &mut [f32], k: usize) {
 
 /// Slots past the list that [`order_by_detours`] counts misses into.
 const SPARE_SLOTS: usize = 8;
+
+/// Neighbours ahead whose lists [`order_by_detours`] asks the cache for: the
+/// lists are random reads, and waiting on each took half the time.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Ask the cache for the list of `w` (`k` ids in `lists`); padding asks nothing.
+#[inline(always)]
+fn prefetch_list(lists: &[u32], w: u32, k: usize) {
+    if w == PAD_ID {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    for line in lists[w as usize * k..(w as usize + 1) * k].chunks(16) {
+        // SAFETY: a prefetch is a hint that never faults, of an address
+        // inside `lists`; SSE is part of every x86-64 target.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (lists, k);
+}
 
 /// Longest forward list [`order_by_detours`] reorders (its ranks are held
 /// in 16 bits).

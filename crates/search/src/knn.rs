@@ -5,7 +5,9 @@
 //! Exact k-NN runs blocked f64 matrix products (faer) on all cores. Queries
 //! are cut into blocks of [`QUERY_BLOCK`] rows, the base into blocks of
 //! [`BASE_BLOCK`]; each pair of blocks is one GEMM, after which every row keeps its
-//! `k` best (a candidate costs one comparison unless it enters).
+//! `k` best (a candidate costs one comparison unless it enters). Neighbour
+//! rows of a whole base ([`neighbour_rows`]) take f32 products for
+//! candidates and re-score them exactly, where a sample shows that loses none.
 
 use octex_index::{Metric, VectorProblem};
 use rayon::prelude::*;
@@ -305,6 +307,177 @@ fn exact_knn_about(
     (ids, dists)
 }
 
+/// Candidates past `k` that [`neighbour_rows`] keeps from its f32 products
+/// before re-scoring them exactly: a true neighbour is lost only where the
+/// products' rounding moves it past `k + margin`.
+pub fn rows_margin(k: usize) -> usize {
+    (k / 2).max(8)
+}
+
+/// Base rows per product block of [`neighbour_rows`] (the products of a
+/// query block with it stay in the core's cache while they are scanned).
+const ROWS_BASE_BLOCK: usize = 1024;
+
+/// Rows [`neighbour_rows`] checks its f32 products on.
+const ROWS_CHECK_SAMPLE: usize = 256;
+
+/// The `k` nearest other rows of every row of `x` (`n x dim`; a vector's
+/// neighbour rows): ids and squared L2 distances, nearest first, padded with
+/// `u32::MAX` and infinity where `n <= k`. By [`neighbour_rows_f32`] where a
+/// sample of rows finds every exact neighbour that way (ties counted), else
+/// by [`exact_knn`]'s f64 products (tight clusters far from the mean, where
+/// f32 rounding swamps the distances).
+pub fn neighbour_rows(
+    x: &[f32],
+    dim: usize,
+    k: usize,
+    on_block: &(dyn Fn(usize) + Sync),
+) -> (Vec<u32>, Vec<f32>) {
+    assert!(dim > 0 && x.len() % dim == 0);
+    let n = x.len() / dim;
+    let sample: Vec<usize> = (0..ROWS_CHECK_SAMPLE.min(n))
+        .map(|i| i * n / ROWS_CHECK_SAMPLE.min(n))
+        .collect();
+    let (_, found) = f32_rows_of(x, dim, k, &sample, &|_| {});
+    let queries: Vec<f32> = sample
+        .iter()
+        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
+        .collect();
+    let row = |id: usize, out: &mut [f32]| out.copy_from_slice(&x[id * dim..(id + 1) * dim]);
+    let (_, truth) = exact_knn_of_rows(
+        n,
+        &row,
+        &queries,
+        dim,
+        k,
+        KnnMetric::L2,
+        Exclude::Rows(&sample),
+        &|_| {},
+    );
+    let lost = found.chunks(k).zip(truth.chunks(k)).any(|(f, t)| {
+        f.iter()
+            .any(|&d| d > t[k - 1] * (1.0 + 1e-5) + f32::MIN_POSITIVE)
+    });
+    if lost {
+        tracing::info!("f32 products lose exact neighbours of this data: neighbour rows in f64");
+        return exact_knn(x, x, dim, k, KnnMetric::L2, true, on_block);
+    }
+    neighbour_rows_f32(x, dim, k, on_block)
+}
+
+/// [`neighbour_rows`] by f32 products alone: candidates from products of the
+/// mean-centred vectors (`|q|^2 + |b|^2 - 2 q.b`, half the cost of
+/// [`exact_knn`]'s f64), `k + `[`rows_margin`] of them per row, re-scored by
+/// direct differences ([`squared_l2`]) before the cut. `on_block` as in
+/// [`exact_knn`].
+pub fn neighbour_rows_f32(
+    x: &[f32],
+    dim: usize,
+    k: usize,
+    on_block: &(dyn Fn(usize) + Sync),
+) -> (Vec<u32>, Vec<f32>) {
+    let all: Vec<usize> = (0..x.len() / dim).collect();
+    f32_rows_of(x, dim, k, &all, on_block)
+}
+
+/// [`neighbour_rows_f32`] of the rows `of` alone (`of.len() x k`, in its order).
+fn f32_rows_of(
+    x: &[f32],
+    dim: usize,
+    k: usize,
+    of: &[usize],
+    on_block: &(dyn Fn(usize) + Sync),
+) -> (Vec<u32>, Vec<f32>) {
+    let n = x.len() / dim;
+    let wide = (k + rows_margin(k)).min(n.saturating_sub(1));
+    let mean = column_mean(x, dim);
+    let mut centred = vec![0f32; x.len()];
+    centred
+        .par_chunks_mut(dim)
+        .zip(x.par_chunks(dim))
+        .for_each(|(c, r)| {
+            c.iter_mut()
+                .zip(r.iter().zip(&mean))
+                .for_each(|(c, (&v, &m))| *c = (v as f64 - m) as f32)
+        });
+    let norms: Vec<f32> = centred
+        .par_chunks(dim)
+        .map(|r| r.iter().map(|v| v * v).sum())
+        .collect();
+    let nq = of.len();
+    let mut ids = vec![u32::MAX; nq * k];
+    let mut dists = vec![f32::INFINITY; nq * k];
+    ids.par_chunks_mut(QUERY_BLOCK * k)
+        .zip(dists.par_chunks_mut(QUERY_BLOCK * k))
+        .zip(of.par_chunks(QUERY_BLOCK))
+        .for_each(|((ids_out, d_out), rows)| {
+            let qn = rows.len();
+            let q: Vec<f32> = rows
+                .iter()
+                .flat_map(|&u| centred[u * dim..(u + 1) * dim].iter().copied())
+                .collect();
+            let qm = faer::MatRef::from_row_major_slice(&q, qn, dim);
+            let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(wide)).collect();
+            let mut dots = vec![0f32; qn * ROWS_BASE_BLOCK];
+            let mut row_d = [0f32; ROWS_BASE_BLOCK];
+            for b0 in (0..n).step_by(ROWS_BASE_BLOCK) {
+                let bn = (n - b0).min(ROWS_BASE_BLOCK);
+                let bm = faer::MatRef::from_row_major_slice(
+                    &centred[b0 * dim..(b0 + bn) * dim],
+                    bn,
+                    dim,
+                );
+                let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
+                faer::linalg::matmul::matmul(
+                    out,
+                    faer::Accum::Replace,
+                    qm,
+                    bm.transpose(),
+                    -2.0f32,
+                    faer::Par::Seq,
+                );
+                let bnorm = &norms[b0..b0 + bn];
+                for ((top, &self_id), dot_row) in tops.iter_mut().zip(rows).zip(dots.chunks(bn)) {
+                    let qn2 = norms[self_id];
+                    // Distances first (a loop the compiler vectorises), then
+                    // the rare ones under the bound enter.
+                    for ((d, &dot), &bn2) in row_d.iter_mut().zip(dot_row).zip(bnorm) {
+                        *d = qn2 + bn2 + dot;
+                    }
+                    for (j16, chunk) in row_d[..bn].chunks(16).enumerate() {
+                        let bound = top.worst();
+                        if !chunk.iter().fold(false, |a, &d| a | (d < bound)) {
+                            continue;
+                        }
+                        for (t, &d) in chunk.iter().enumerate() {
+                            let id = b0 + j16 * 16 + t;
+                            if d < top.worst() && id != self_id {
+                                top.push(d.max(0.0), id as u32);
+                            }
+                        }
+                    }
+                }
+            }
+            let mut exact: Vec<(f32, u32)> = Vec::with_capacity(wide);
+            for (r, (top, &u)) in tops.iter_mut().zip(rows).enumerate() {
+                let q = &x[u * dim..(u + 1) * dim];
+                let (cand, _) = top.sorted();
+                exact.clear();
+                exact.extend(cand.iter().map(|&id| {
+                    let b = &x[id as usize * dim..(id as usize + 1) * dim];
+                    (squared_l2(q, b), id)
+                }));
+                exact.sort_unstable_by(order);
+                for (j, &(d, id)) in exact.iter().take(k).enumerate() {
+                    ids_out[r * k + j] = id;
+                    d_out[r * k + j] = d;
+                }
+            }
+            on_block(qn);
+        });
+    (ids, dists)
+}
+
 /// Exact top-`k` ids of every query (`nq x k`, nearest first) in the user's
 /// `metric`: L2; cosine as L2 of the vectors normalised as the index stores
 /// them ([`Metric::prepare_query`]); inner product as the largest dot
@@ -519,8 +692,17 @@ mod tests {
                 base.extend(centre.iter().map(|&m| (m + 0.001 * rng.normal()) as f32));
             }
         }
+        let (exact, _) = exact_knn(&base, &base, dim, k, KnnMetric::L2, true, &|_| {});
+        // f32 products alone lose them here; neighbour rows notice and take f64.
+        let (rows, _) = neighbour_rows(&base, dim, k, &|_| {});
+        for ids in [exact, rows] {
+            assert_exact(&base, dim, k, &ids);
+        }
+    }
+
+    /// Every 7th row's `k` found ids are within its exact `k` nearest (ties counted).
+    fn assert_exact(base: &[f32], dim: usize, k: usize, ids: &[u32]) {
         let n = base.len() / dim;
-        let (ids, _) = exact_knn(&base, &base, dim, k, KnnMetric::L2, true, &|_| {});
         let mut exact_hits = 0;
         for i in (0..n).step_by(7) {
             let row = |j: usize| &base[j * dim..(j + 1) * dim];
@@ -545,6 +727,33 @@ mod tests {
             exact_hits, checked,
             "{exact_hits} of {checked} neighbours exact"
         );
+    }
+
+    #[test]
+    fn neighbour_rows_by_f32_products_match_f64_and_pad_small_sets() {
+        let (dim, n, k) = (24, 1500, 12);
+        let mut rng = octex_lattice::GaussianRng::new(21, 0);
+        let base: Vec<f32> = (0..n * dim).map(|_| (5.0 + rng.normal()) as f32).collect();
+        let (ids, d) = neighbour_rows_f32(&base, dim, k, &|_| {});
+        assert_exact(&base, dim, k, &ids);
+        for u in 0..n {
+            let row = &ids[u * k..(u + 1) * k];
+            assert!(!row.contains(&(u as u32)), "row {u} holds itself");
+            for (j, &id) in row.iter().enumerate() {
+                let direct = squared_l2(
+                    &base[u * dim..(u + 1) * dim],
+                    &base[id as usize * dim..(id as usize + 1) * dim],
+                );
+                assert_eq!(d[u * k + j], direct, "distances are re-scored directly");
+            }
+        }
+        let (few_ids, few_d) = neighbour_rows(&base[..5 * dim], dim, 8, &|_| {});
+        for u in 0..5 {
+            assert_eq!(few_ids[u * 8 + 4..(u + 1) * 8], [u32::MAX; 4]);
+            assert!(few_d[u * 8 + 4..(u + 1) * 8]
+                .iter()
+                .all(|d| d.is_infinite()));
+        }
     }
 
     #[test]

@@ -136,12 +136,20 @@ fn insert_batch(
                 source,
             })
     };
-    let mut found = search(PASS2_START_POINTS, PASS2_WAVES, stored)?;
-    let recall = sample_recall(&parts.vectors, n0, stored, &found);
-    if recall < DEEP_PASS_BELOW {
+    // Which pass, decided on a sample of the batch before the whole searches.
+    let picks = crate::pca::sample_rows(b, INSERT_CHECK_SAMPLE, 0x125e);
+    let sample: Vec<f32> = picks
+        .iter()
+        .flat_map(|&q| stored[q * sdim..(q + 1) * sdim].iter().copied())
+        .collect();
+    let probe = search(PASS2_START_POINTS, PASS2_WAVES, &sample)?;
+    let recall = sample_recall(&parts.vectors, n0, &sample, &probe);
+    let found = if recall < DEEP_PASS_BELOW {
         tracing::debug!(recall, "insertion searches take the deeper pass");
-        found = search(DEEP_PASS_START_POINTS, DEEP_PASS_WAVES, stored)?;
-    }
+        search(DEEP_PASS_START_POINTS, DEEP_PASS_WAVES, stored)?
+    } else {
+        search(PASS2_START_POINTS, PASS2_WAVES, stored)?
+    };
     let t_search = t.elapsed().as_secs_f64();
     let kb = lt.min(b.saturating_sub(1));
     let (bi, bd) = batch_knn(stored, sdim, kb);
@@ -252,23 +260,18 @@ fn insert_batch(
 }
 
 /// Share of the [`ROW_CHECK_K`] exact nearest of the first `n` vectors that
-/// `found` holds for a sample of the `queries` (stored space).
+/// `found` holds for the `sample` queries (stored space), one row each.
 fn sample_recall(
     vectors: &RerankVectors,
     n: usize,
-    queries: &[f32],
+    sample: &[f32],
     found: &octex_search::SearchResults,
 ) -> f64 {
-    let dim = queries.len() / found.len().max(1);
+    let dim = sample.len() / found.len().max(1);
     let k = ROW_CHECK_K.min(n);
-    let picks: Vec<usize> = crate::pca::sample_rows(found.len(), INSERT_CHECK_SAMPLE, 0x125e);
-    if k == 0 || picks.is_empty() {
+    if k == 0 || found.is_empty() {
         return 1.0;
     }
-    let sample: Vec<f32> = picks
-        .iter()
-        .flat_map(|&q| queries[q * dim..(q + 1) * dim].iter().copied())
-        .collect();
     let row = |id: usize, out: &mut [f32]| stored_vector(vectors, dim, id as u32, out);
     let (exact, _) = knn::exact_knn_of_rows(
         n,
@@ -280,12 +283,12 @@ fn sample_recall(
         knn::Exclude::Nothing,
         &|_| {},
     );
-    let hits: usize = picks
-        .iter()
-        .zip(exact.chunks_exact(k))
-        .map(|(&q, truth)| truth.iter().filter(|t| found.ids(q).contains(t)).count())
+    let hits: usize = exact
+        .chunks_exact(k)
+        .enumerate()
+        .map(|(q, truth)| truth.iter().filter(|t| found.ids(q).contains(t)).count())
         .sum();
-    hits as f64 / (picks.len() * k) as f64
+    hits as f64 / (found.len() * k) as f64
 }
 
 /// Put `v` (at distance `d`) at `pos` of a row whose head has the

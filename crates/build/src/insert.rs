@@ -276,7 +276,7 @@ fn sample_recall(
     let (exact, _) = knn::exact_knn_of_rows(
         n,
         &row,
-        &sample,
+        sample,
         dim,
         k,
         knn::KnnMetric::L2,

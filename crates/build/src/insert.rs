@@ -136,6 +136,13 @@ fn insert_batch(
                 source,
             })
     };
+    // The batch's own rows first: where they hold a new vector's neighbours,
+    // the index's search need not find them.
+    let kb = lt.min(b.saturating_sub(1));
+    let (bi, bd) = match kb {
+        0 => (Vec::new(), Vec::new()),
+        _ => knn::neighbour_rows(stored, sdim, kb, &|_| {}),
+    };
     // Which pass, decided on a sample of the batch before the whole searches.
     let picks = crate::pca::sample_rows(b, INSERT_CHECK_SAMPLE, 0x125e);
     let sample: Vec<f32> = picks
@@ -143,7 +150,12 @@ fn insert_batch(
         .flat_map(|&q| stored[q * sdim..(q + 1) * sdim].iter().copied())
         .collect();
     let probe = search(PASS2_START_POINTS, PASS2_WAVES, &sample)?;
-    let recall = sample_recall(&parts.vectors, n0, &sample, &probe);
+    let batch = BatchRows {
+        stored,
+        ids: &bi,
+        k: kb,
+    };
+    let recall = sample_recall(&parts.vectors, n0, &batch, &picks, &probe, sdim);
     let found = if recall < DEEP_PASS_BELOW {
         tracing::debug!(recall, "insertion searches take the deeper pass");
         search(DEEP_PASS_START_POINTS, DEEP_PASS_WAVES, stored)?
@@ -151,8 +163,6 @@ fn insert_batch(
         search(PASS2_START_POINTS, PASS2_WAVES, stored)?
     };
     let t_search = t.elapsed().as_secs_f64();
-    let kb = lt.min(b.saturating_sub(1));
-    let (bi, bd) = batch_knn(stored, sdim, kb);
     let new_rows: Vec<Vec<(f32, u32)>> = (0..b)
         .into_par_iter()
         .map(|q| {
@@ -259,36 +269,63 @@ fn insert_batch(
     Ok(())
 }
 
-/// Share of the [`ROW_CHECK_K`] exact nearest of the first `n` vectors that
-/// `found` holds for the `sample` queries (stored space), one row each.
+/// A batch being inserted: its stored vectors and its rows among
+/// themselves (`k` each, batch positions).
+struct BatchRows<'a> {
+    stored: &'a [f32],
+    ids: &'a [u32],
+    k: usize,
+}
+
+/// Share of the [`ROW_CHECK_K`] exact nearest, among the `n` vectors of the
+/// index and the batch (appended to `vectors` after them), of the batch's
+/// vectors `picks` that their candidates hold: the search's results `found`
+/// (one row per pick) and their rows in the batch.
 fn sample_recall(
     vectors: &RerankVectors,
     n: usize,
-    sample: &[f32],
+    batch: &BatchRows,
+    picks: &[usize],
     found: &octex_search::SearchResults,
+    dim: usize,
 ) -> f64 {
-    let dim = sample.len() / found.len().max(1);
-    let k = ROW_CHECK_K.min(n);
-    if k == 0 || found.is_empty() {
+    let b = batch.stored.len() / dim;
+    let k = ROW_CHECK_K.min(n + b - 1);
+    if k == 0 || picks.is_empty() {
         return 1.0;
     }
+    let sample: Vec<f32> = picks
+        .iter()
+        .flat_map(|&q| batch.stored[q * dim..(q + 1) * dim].iter().copied())
+        .collect();
     let row = |id: usize, out: &mut [f32]| stored_vector(vectors, dim, id as u32, out);
+    let selves: Vec<usize> = picks.iter().map(|&q| n + q).collect();
     let (exact, _) = knn::exact_knn_of_rows(
-        n,
+        n + b,
         &row,
-        sample,
+        &sample,
         dim,
         k,
         knn::KnnMetric::L2,
-        knn::Exclude::Nothing,
+        knn::Exclude::Rows(&selves),
         &|_| {},
     );
-    let hits: usize = exact
-        .chunks_exact(k)
+    let hits: usize = picks
+        .iter()
+        .zip(exact.chunks_exact(k))
         .enumerate()
-        .map(|(q, truth)| truth.iter().filter(|t| found.ids(q).contains(t)).count())
+        .map(|(i, (&q, truth))| {
+            let in_batch = &batch.ids[q * batch.k..(q + 1) * batch.k];
+            truth
+                .iter()
+                .filter(|&&t| match (t as usize).checked_sub(n) {
+                    None => found.ids(i).contains(&t),
+                    Some(j) => in_batch.contains(&(j as u32)),
+                })
+                .count()
+        })
         .sum();
-    hits as f64 / (found.len() * k) as f64
+    hits as f64 / (picks.len() * k) as f64
 }
 
 /// Put `v` (at distance `d`) at `pos` of a row whose head has the
@@ -302,73 +339,6 @@ fn offer_at(row: &mut [u32], head_dist: &mut [f32], v: u32, d: f32, pos: usize) 
         head_dist.copy_within(pos..head - 1, pos + 1);
         head_dist[pos] = d;
     }
-}
-
-/// Rows of the exact self-join per task.
-const JOIN_BLOCK: usize = 256;
-
-/// Exact `k` nearest others of every row of `x` (`b x dim`), by f32
-/// products of the rows less their mean (graph edges: a near-tie that swaps
-/// does not matter); `PAD_ID` and infinity where fewer exist.
-fn batch_knn(x: &[f32], dim: usize, k: usize) -> (Vec<u32>, Vec<f32>) {
-    let b = x.len() / dim;
-    if k == 0 || b == 0 {
-        return (Vec::new(), Vec::new());
-    }
-    let mut mean = vec![0f64; dim];
-    for r in x.chunks_exact(dim) {
-        mean.iter_mut().zip(r).for_each(|(m, &v)| *m += v as f64);
-    }
-    let mean: Vec<f32> = mean.iter().map(|m| (m / b as f64) as f32).collect();
-    let c: Vec<f32> = x
-        .chunks_exact(dim)
-        .flat_map(|r| r.iter().zip(&mean).map(|(v, m)| v - m))
-        .collect();
-    let norms: Vec<f32> = c
-        .chunks_exact(dim)
-        .map(|r| r.iter().map(|v| v * v).sum())
-        .collect();
-    let all = faer::MatRef::from_row_major_slice(&c, b, dim);
-    let mut ids = vec![PAD_ID; b * k];
-    let mut dists = vec![f32::INFINITY; b * k];
-    let by = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-    ids.par_chunks_mut(JOIN_BLOCK * k)
-        .zip(dists.par_chunks_mut(JOIN_BLOCK * k))
-        .enumerate()
-        .for_each(|(blk, (io, dout))| {
-            let q0 = blk * JOIN_BLOCK;
-            let qn = (b - q0).min(JOIN_BLOCK);
-            let q = faer::MatRef::from_row_major_slice(&c[q0 * dim..(q0 + qn) * dim], qn, dim);
-            let mut dots = vec![0f32; qn * b];
-            let out = faer::MatMut::from_row_major_slice_mut(&mut dots, qn, b);
-            let (replace, seq) = (faer::Accum::Replace, faer::Par::Seq);
-            faer::linalg::matmul::matmul(out, replace, q, all.transpose(), 1.0f32, seq);
-            let mut cand: Vec<(f32, u32)> = Vec::with_capacity(b);
-            for r in 0..qn {
-                let me = q0 + r;
-                cand.clear();
-                cand.extend(
-                    dots[r * b..(r + 1) * b]
-                        .iter()
-                        .enumerate()
-                        .filter(|&(j, _)| j != me)
-                        .map(|(j, &dot)| ((norms[me] + norms[j] - 2.0 * dot).max(0.0), j as u32)),
-                );
-                let kk = k.min(cand.len());
-                if kk == 0 {
-                    continue;
-                }
-                if kk < cand.len() {
-                    cand.select_nth_unstable_by(kk - 1, by);
-                }
-                cand[..kk].sort_unstable_by(by);
-                for (t, &(d, j)) in cand[..kk].iter().enumerate() {
-                    io[r * k + t] = j;
-                    dout[r * k + t] = d;
-                }
-            }
-        });
-    (ids, dists)
 }
 
 /// Offer every new vector (principal coordinates `pcs_new`, `b x m`, ids
@@ -575,36 +545,5 @@ mod tests {
         offer_at(&mut row, &mut head, 8, 7.0, 3);
         assert_eq!(row, [1, 9, 2, 8, 3]);
         assert_eq!(head, [1.0, 1.5, 2.0]);
-    }
-
-    #[test]
-    fn the_batch_self_join_is_exact() {
-        let (b, dim, k) = (300, 12, 7);
-        let mut rng = octex_lattice::GaussianRng::new(3, 4);
-        // Far from the origin: the join's products are of centred rows.
-        let x: Vec<f32> = (0..b * dim).map(|_| 50.0 + rng.normal() as f32).collect();
-        let (ids, dists) = batch_knn(&x, dim, k);
-        for q in 0..b {
-            let mut all: Vec<(f32, u32)> = (0..b)
-                .filter(|&j| j != q)
-                .map(|j| {
-                    (
-                        knn::squared_l2(&x[q * dim..(q + 1) * dim], &x[j * dim..(j + 1) * dim]),
-                        j as u32,
-                    )
-                })
-                .collect();
-            all.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let kth = all[k - 1].0;
-            let row = |j: u32| &x[j as usize * dim..(j as usize + 1) * dim];
-            for t in 0..k {
-                let id = ids[q * k + t];
-                assert_ne!(id as usize, q);
-                let d = knn::squared_l2(row(q as u32), row(id));
-                // Ties and f32 rounding aside, each is among the k nearest.
-                assert!(d <= kth * 1.001 + 1e-4, "query {q}: {d} > {kth}");
-                assert!((dists[q * k + t] - d).abs() <= 1e-3 * d.max(1.0));
-            }
-        }
     }
 }

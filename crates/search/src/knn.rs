@@ -339,21 +339,7 @@ pub fn neighbour_rows(
         .map(|i| i * n / ROWS_CHECK_SAMPLE.min(n))
         .collect();
     let (_, found) = f32_rows_of(x, dim, k, &sample, &|_| {});
-    let queries: Vec<f32> = sample
-        .iter()
-        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
-        .collect();
-    let row = |id: usize, out: &mut [f32]| out.copy_from_slice(&x[id * dim..(id + 1) * dim]);
-    let (_, truth) = exact_knn_of_rows(
-        n,
-        &row,
-        &queries,
-        dim,
-        k,
-        KnnMetric::L2,
-        Exclude::Rows(&sample),
-        &|_| {},
-    );
+    let (_, truth) = exact_knn_of_picks(x, dim, k, &sample);
     let lost = found.chunks(k).zip(truth.chunks(k)).any(|(f, t)| {
         f.iter()
             .any(|&d| d > t[k - 1] * (1.0 + 1e-5) + f32::MIN_POSITIVE)
@@ -363,6 +349,24 @@ pub fn neighbour_rows(
         return exact_knn(x, x, dim, k, KnnMetric::L2, true, on_block);
     }
     neighbour_rows_f32(x, dim, k, on_block)
+}
+
+/// The exact `k` nearest other rows of `x` (`n x dim`, squared L2) of its
+/// rows `picks`, one list each in their order, as [`exact_knn_of_rows`].
+pub fn exact_knn_of_picks(
+    x: &[f32],
+    dim: usize,
+    k: usize,
+    picks: &[usize],
+) -> (Vec<u32>, Vec<f32>) {
+    let queries: Vec<f32> = picks
+        .iter()
+        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
+        .collect();
+    let row = |id: usize, out: &mut [f32]| out.copy_from_slice(&x[id * dim..(id + 1) * dim]);
+    let n = x.len() / dim;
+    let exclude = Exclude::Rows(picks);
+    exact_knn_of_rows(n, &row, &queries, dim, k, KnnMetric::L2, exclude, &|_| {})
 }
 
 /// [`neighbour_rows`] by f32 products alone: candidates from products of the

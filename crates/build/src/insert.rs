@@ -290,7 +290,7 @@ fn sample_recall(
     dim: usize,
 ) -> f64 {
     let b = batch.stored.len() / dim;
-    let k = ROW_CHECK_K.min(n + b - 1);
+    let k = ROW_CHECK_K.min((n + b).saturating_sub(1));
     if k == 0 || picks.is_empty() {
         return 1.0;
     }

@@ -338,7 +338,8 @@ pub fn neighbour_rows(
     let sample: Vec<usize> = (0..ROWS_CHECK_SAMPLE.min(n))
         .map(|i| i * n / ROWS_CHECK_SAMPLE.min(n))
         .collect();
-    let (_, found) = f32_rows_of(x, dim, k, &sample, &|_| {});
+    let centred = Centred::of(x, dim);
+    let (_, found) = f32_rows_of(x, &centred, dim, k, &sample, &|_| {});
     let (_, truth) = exact_knn_of_picks(x, dim, k, &sample);
     let lost = found.chunks(k).zip(truth.chunks(k)).any(|(f, t)| {
         f.iter()
@@ -348,7 +349,8 @@ pub fn neighbour_rows(
         tracing::info!("f32 products lose exact neighbours of this data: neighbour rows in f64");
         return exact_knn(x, x, dim, k, KnnMetric::L2, true, on_block);
     }
-    neighbour_rows_f32(x, dim, k, on_block)
+    let all: Vec<usize> = (0..n).collect();
+    f32_rows_of(x, &centred, dim, k, &all, on_block)
 }
 
 /// The exact `k` nearest other rows of `x` (`n x dim`, squared L2) of its
@@ -381,12 +383,40 @@ pub fn neighbour_rows_f32(
     on_block: &(dyn Fn(usize) + Sync),
 ) -> (Vec<u32>, Vec<f32>) {
     let all: Vec<usize> = (0..x.len() / dim).collect();
-    f32_rows_of(x, dim, k, &all, on_block)
+    f32_rows_of(x, &Centred::of(x, dim), dim, k, &all, on_block)
 }
 
-/// [`neighbour_rows_f32`] of the rows `of` alone (`of.len() x k`, in its order).
+/// `x` less its mean, in f32, and the squared norms of its rows.
+struct Centred {
+    centred: Vec<f32>,
+    norms: Vec<f32>,
+}
+
+impl Centred {
+    fn of(x: &[f32], dim: usize) -> Self {
+        let mean = column_mean(x, dim);
+        let mut centred = vec![0f32; x.len()];
+        centred
+            .par_chunks_mut(dim)
+            .zip(x.par_chunks(dim))
+            .for_each(|(c, r)| {
+                c.iter_mut()
+                    .zip(r.iter().zip(&mean))
+                    .for_each(|(c, (&v, &m))| *c = (v as f64 - m) as f32)
+            });
+        let norms = centred
+            .par_chunks(dim)
+            .map(|r| r.iter().map(|v| v * v).sum())
+            .collect();
+        Self { centred, norms }
+    }
+}
+
+/// [`neighbour_rows_f32`] of the rows `of` alone (`of.len() x k`, in its
+/// order), `c` being `x` centred.
 fn f32_rows_of(
     x: &[f32],
+    c: &Centred,
     dim: usize,
     k: usize,
     of: &[usize],
@@ -394,20 +424,7 @@ fn f32_rows_of(
 ) -> (Vec<u32>, Vec<f32>) {
     let n = x.len() / dim;
     let wide = (k + rows_margin(k)).min(n.saturating_sub(1));
-    let mean = column_mean(x, dim);
-    let mut centred = vec![0f32; x.len()];
-    centred
-        .par_chunks_mut(dim)
-        .zip(x.par_chunks(dim))
-        .for_each(|(c, r)| {
-            c.iter_mut()
-                .zip(r.iter().zip(&mean))
-                .for_each(|(c, (&v, &m))| *c = (v as f64 - m) as f32)
-        });
-    let norms: Vec<f32> = centred
-        .par_chunks(dim)
-        .map(|r| r.iter().map(|v| v * v).sum())
-        .collect();
+    let Centred { centred, norms } = c;
     let nq = of.len();
     let mut ids = vec![u32::MAX; nq * k];
     let mut dists = vec![f32::INFINITY; nq * k];

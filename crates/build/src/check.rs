@@ -18,6 +18,12 @@ pub const ROW_CHECK_K: usize = 10;
 /// more than the sample does (docs/RESULTS.md, "Decisions").
 pub const F16_MIN_RECALL: f64 = 0.9998;
 
+/// Least share of a sample's exact nearest neighbours that f16 rounding (the
+/// mantissa of TF32) may keep for the GPU's exact rows to take TF32 products:
+/// their candidates are re-scored exactly after, so rounding only moves the
+/// few at the end of a row's candidates.
+pub const TF32_ROWS_MIN_RECALL: f64 = 0.99;
+
 /// The exact `count` nearest other vectors of each vector in `sample`, as
 /// `(id, squared L2)` nearest first (the vector itself left out).
 fn nearest_others(x: &[f32], dim: usize, sample: &[usize], count: usize) -> Vec<Vec<(u32, f32)>> {

@@ -454,13 +454,20 @@ pub fn build_with_progress(
         let gpu_rows_job = match (&gpu, exact_rows) {
             (Some(g), true) if k_fwd <= gpu_rows::MAX_K => {
                 let pb = &pb;
-                let tf32 = report.f16_recall.is_none_or(|r| r >= check::F16_MIN_RECALL);
+                let tf32 = report
+                    .f16_recall
+                    .is_none_or(|r| r >= check::TF32_ROWS_MIN_RECALL);
                 // The detour order runs on the host in the same thread, so
                 // it too overlaps the structure's GPU work.
                 let detours = shape.order == rows::RowOrder::Detours;
                 let job = scope.spawn(move || {
                     let t = Instant::now();
-                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, tf32, pb);
+                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, tf32, pb).map(
+                        |(mut ids, mut dists)| {
+                            rows::rescore(x, sdim, k_fwd, &mut ids, &mut dists);
+                            (ids, dists)
+                        },
+                    );
                     let knn_secs = t.elapsed().as_secs_f64();
                     let found = found.map(|(mut ids, mut dists)| {
                         if detours {

@@ -134,6 +134,28 @@ pub fn order_by_detours(ids: &mut [u32], dists: &mut [f32], k: usize) {
         );
 }
 
+/// Each forward list (`k` ids per vector of `x`, `PAD_ID` last) re-scored
+/// by direct differences ([`octex_search::knn::squared_l2`]) and sorted
+/// nearest first, ties by id: lists found by rounded products come out in
+/// exact order.
+pub fn rescore(x: &[f32], dim: usize, k: usize, ids: &mut [u32], dists: &mut [f32]) {
+    ids.par_chunks_mut(k)
+        .zip(dists.par_chunks_mut(k))
+        .enumerate()
+        .for_each_init(Vec::new, |scored, (u, (row, drow))| {
+            let q = &x[u * dim..(u + 1) * dim];
+            scored.clear();
+            scored.extend(row.iter().filter(|&&id| id != PAD_ID).map(|&id| {
+                let v = &x[id as usize * dim..(id as usize + 1) * dim];
+                (octex_search::knn::squared_l2(q, v), id)
+            }));
+            scored.sort_unstable_by(|a: &(f32, u32), b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (j, (id, d)) in row.iter_mut().zip(drow.iter_mut()).enumerate() {
+                (*d, *id) = scored.get(j).copied().unwrap_or((f32::INFINITY, PAD_ID));
+            }
+        });
+}
+
 /// Slots past the list that [`order_by_detours`] counts misses into.
 const SPARE_SLOTS: usize = 8;
 
@@ -367,6 +389,45 @@ mod tests {
             a.sort_unstable();
             b.sort_unstable();
             assert_eq!(a, b, "row {u} keeps its entries");
+        }
+    }
+
+    #[test]
+    fn rescoring_puts_rounded_lists_in_exact_order_and_keeps_padding_last() {
+        let (n, dim, k) = (40, 5, 6);
+        let mut rng = octex_lattice::GaussianRng::new(8, 1);
+        let x: Vec<f32> = (0..n * dim).map(|_| rng.normal() as f32).collect();
+        // Each vector's list: its next six ids in reverse, the last one padded,
+        // with made-up distances.
+        let mut ids: Vec<u32> = (0..n)
+            .flat_map(|u| {
+                (1..=k).rev().map(move |j| match j {
+                    1 => PAD_ID,
+                    j => ((u + j) % n) as u32,
+                })
+            })
+            .collect();
+        let mut dists = vec![1.0f32; n * k];
+        rescore(&x, dim, k, &mut ids, &mut dists);
+        for u in 0..n {
+            let row = &ids[u * k..(u + 1) * k];
+            let d = &dists[u * k..(u + 1) * k];
+            assert_eq!(row[k - 1], PAD_ID);
+            assert!(d[k - 1].is_infinite());
+            for j in 0..k - 1 {
+                let v = row[j] as usize;
+                let exact = octex_search::knn::squared_l2(
+                    &x[u * dim..(u + 1) * dim],
+                    &x[v * dim..(v + 1) * dim],
+                );
+                assert_eq!(d[j], exact);
+                assert!(j == 0 || d[j - 1] <= d[j]);
+            }
+            let mut got: Vec<u32> = row[..k - 1].to_vec();
+            got.sort_unstable();
+            let mut want: Vec<u32> = (2..=k).map(|j| ((u + j) % n) as u32).collect();
+            want.sort_unstable();
+            assert_eq!(got, want);
         }
     }
 

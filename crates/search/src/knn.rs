@@ -5,7 +5,9 @@
 //! Exact k-NN runs blocked f64 matrix products (faer) on all cores. Queries
 //! are cut into blocks of [`QUERY_BLOCK`] rows, the base into blocks of
 //! [`BASE_BLOCK`]; each pair of blocks is one GEMM, after which every row keeps its
-//! `k` best (a candidate costs one comparison unless it enters). Neighbour
+//! `k` best (a candidate costs one comparison unless it enters); where the
+//! query blocks are fewer than the cores, the base is split into ranges whose
+//! bests are merged. Neighbour
 //! rows of a whole base ([`neighbour_rows`]) take f32 products for
 //! candidates and re-score them exactly, where a sample shows that loses none.
 
@@ -241,66 +243,94 @@ fn exact_knn_about(
                 .collect::<Vec<_>>()
         })
         .collect();
+    // Few query blocks (a sample checked against a large base) would leave
+    // cores idle: the base is then cut into as many ranges as keep every
+    // core busy, each range's bests merged after.
+    let query_blocks = nq.div_ceil(QUERY_BLOCK).max(1);
+    let ranges = (2 * rayon::current_num_threads())
+        .div_ceil(query_blocks)
+        .clamp(1, blocks.len().max(1));
+    let per_range = blocks.len().div_ceil(ranges).max(1);
+    // The `k` best of query block `b` among the base blocks of range `r`.
+    let scan = |b: usize, r: usize| -> Vec<TopK> {
+        let q0 = b * QUERY_BLOCK;
+        let qn = nq.saturating_sub(q0).min(QUERY_BLOCK);
+        let q_raw = &queries[q0 * dim..(q0 + qn) * dim];
+        let (mut q, mut block) = (Vec::new(), Vec::new());
+        less_mean(q_raw, &mut q);
+        let qnorm: Vec<f64> = q
+            .chunks(dim)
+            .map(|r| r.iter().map(|x| x * x).sum())
+            .collect();
+        let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
+        let mut dots = vec![0f64; qn * BASE_BLOCK];
+        let qm = faer::MatRef::from_row_major_slice(&q, qn, dim);
+        let mine = blocks.chunks(per_range).nth(r).unwrap_or(&[]);
+        for &b0 in mine {
+            let bn = (n - b0).min(BASE_BLOCK);
+            less_mean(&block_of(b0, bn), &mut block);
+            let bm = faer::MatRef::from_row_major_slice(&block, bn, dim);
+            let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
+            faer::linalg::matmul::matmul(
+                out,
+                faer::Accum::Replace,
+                qm,
+                bm.transpose(),
+                1.0f64,
+                faer::Par::Seq,
+            );
+            for (r, top) in tops.iter_mut().enumerate() {
+                let row = &dots[r * bn..(r + 1) * bn];
+                let self_id = exclude.row_of(q0 + r);
+                match metric {
+                    KnnMetric::L2 => {
+                        let qn2 = qnorm[r];
+                        let bnorm = &base_norms[b0..b0 + bn];
+                        for (j, (&dot, &bn2)) in row.iter().zip(bnorm).enumerate() {
+                            let d = (qn2 + bn2 - 2.0 * dot).max(0.0) as f32;
+                            if d < top.worst() && b0 + j != self_id {
+                                top.push(d, (b0 + j) as u32);
+                            }
+                        }
+                    }
+                    KnnMetric::NegDot => {
+                        for (j, &dot) in row.iter().enumerate() {
+                            let d = -dot as f32;
+                            if d < top.worst() && b0 + j != self_id {
+                                top.push(d, (b0 + j) as u32);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tops
+    };
     let mut ids = vec![u32::MAX; nq * k];
     let mut dists = vec![f32::INFINITY; nq * k];
     ids.par_chunks_mut(QUERY_BLOCK * k)
         .zip(dists.par_chunks_mut(QUERY_BLOCK * k))
         .enumerate()
         .for_each(|(b, (ids_out, d_out))| {
-            let q0 = b * QUERY_BLOCK;
-            let qn = (nq - q0).min(QUERY_BLOCK);
-            let q_raw = &queries[q0 * dim..(q0 + qn) * dim];
-            let (mut q, mut block) = (Vec::new(), Vec::new());
-            less_mean(q_raw, &mut q);
-            let qnorm: Vec<f64> = q
-                .chunks(dim)
-                .map(|r| r.iter().map(|x| x * x).sum())
-                .collect();
-            let mut tops: Vec<TopK> = (0..qn).map(|_| TopK::new(k)).collect();
-            let mut dots = vec![0f64; qn * BASE_BLOCK];
-            let qm = faer::MatRef::from_row_major_slice(&q, qn, dim);
-            for &b0 in &blocks {
-                let bn = (n - b0).min(BASE_BLOCK);
-                less_mean(&block_of(b0, bn), &mut block);
-                let bm = faer::MatRef::from_row_major_slice(&block, bn, dim);
-                let out = faer::MatMut::from_row_major_slice_mut(&mut dots[..qn * bn], qn, bn);
-                faer::linalg::matmul::matmul(
-                    out,
-                    faer::Accum::Replace,
-                    qm,
-                    bm.transpose(),
-                    1.0f64,
-                    faer::Par::Seq,
-                );
-                for (r, top) in tops.iter_mut().enumerate() {
-                    let row = &dots[r * bn..(r + 1) * bn];
-                    let self_id = exclude.row_of(q0 + r);
-                    match metric {
-                        KnnMetric::L2 => {
-                            let qn2 = qnorm[r];
-                            let bnorm = &base_norms[b0..b0 + bn];
-                            for (j, (&dot, &bn2)) in row.iter().zip(bnorm).enumerate() {
-                                let d = (qn2 + bn2 - 2.0 * dot).max(0.0) as f32;
-                                if d < top.worst() && b0 + j != self_id {
-                                    top.push(d, (b0 + j) as u32);
-                                }
-                            }
-                        }
-                        KnnMetric::NegDot => {
-                            for (j, &dot) in row.iter().enumerate() {
-                                let d = -dot as f32;
-                                if d < top.worst() && b0 + j != self_id {
-                                    top.push(d, (b0 + j) as u32);
-                                }
-                            }
-                        }
-                    }
+            let mut parts: Vec<Vec<TopK>> =
+                (0..ranges).into_par_iter().map(|r| scan(b, r)).collect();
+            // Each range holds its own `k` best (distance, then id), so the
+            // `k` best of their union are the whole base's, whatever the ranges.
+            let mut merged: Vec<(f32, u32)> = Vec::new();
+            let qn = parts.first().map_or(0, Vec::len);
+            for r in 0..qn {
+                merged.clear();
+                for part in &mut parts {
+                    let (top_ids, top_dists) = part[r].sorted();
+                    merged.extend(top_dists.iter().copied().zip(top_ids.iter().copied()));
                 }
-            }
-            for (r, top) in tops.iter_mut().enumerate() {
-                let (top_ids, top_dists) = top.sorted();
-                ids_out[r * k..r * k + top_ids.len()].copy_from_slice(top_ids);
-                d_out[r * k..r * k + top_dists.len()].copy_from_slice(top_dists);
+                if ranges > 1 {
+                    merged.sort_unstable_by(order);
+                }
+                for (j, &(d, id)) in merged.iter().take(k).enumerate() {
+                    ids_out[r * k + j] = id;
+                    d_out[r * k + j] = d;
+                }
             }
             on_block(qn);
         });
@@ -695,6 +725,62 @@ mod tests {
             &|_| {},
         );
         assert_eq!(ids[3..], [u32::MAX, u32::MAX]);
+    }
+
+    /// A few queries over a base of several blocks (the base then split in
+    /// ranges across cores), small integers so that distances tie often and
+    /// exactly: ids equal brute force's, ties to the smaller id, and the
+    /// distances theirs up to the f64 expansion's rounding.
+    #[test]
+    fn few_queries_over_a_split_base_match_brute_force_ties_included() {
+        let (dim, n, k) = (6usize, 3 * BASE_BLOCK + 100, 9usize);
+        let mut s = 5u64;
+        let base: Vec<f32> = (0..n * dim)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+                ((s >> 40) % 4) as f32
+            })
+            .collect();
+        let picks: Vec<usize> = (0..20).map(|i| i * 631).collect();
+        let queries: Vec<f32> = picks
+            .iter()
+            .flat_map(|&p| base[p * dim..(p + 1) * dim].iter().copied())
+            .collect();
+        let row = |id: usize, out: &mut [f32]| out.copy_from_slice(&base[id * dim..(id + 1) * dim]);
+        let (ids, dists) = exact_knn_of_rows(
+            n,
+            &row,
+            &queries,
+            dim,
+            k,
+            KnnMetric::L2,
+            Exclude::Rows(&picks),
+            &|_| {},
+        );
+        for (i, &p) in picks.iter().enumerate() {
+            let mut all: Vec<(f32, u32)> = (0..n)
+                .filter(|&j| j != p)
+                .map(|j| {
+                    (
+                        squared_l2(
+                            &queries[i * dim..(i + 1) * dim],
+                            &base[j * dim..(j + 1) * dim],
+                        ),
+                        j as u32,
+                    )
+                })
+                .collect();
+            all.sort_by(order);
+            let want: Vec<u32> = all[..k].iter().map(|a| a.1).collect();
+            assert_eq!(ids[i * k..(i + 1) * k], want[..], "query {i}");
+            for (got, want) in dists[i * k..(i + 1) * k].iter().zip(&all[..k]) {
+                assert!(
+                    (got - want.0).abs() < 1e-5,
+                    "query {i}: {got} against {}",
+                    want.0
+                );
+            }
+        }
     }
 
     /// Tight clusters far from the origin, where the products' expansion

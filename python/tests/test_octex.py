@@ -58,6 +58,18 @@ def test_build_and_search_find_the_exact_neighbours(data, metric):
     assert len(ix) == 3000 and ix.dim == 24 and ix.metric == metric
 
 
+@pytest.mark.parametrize("dim,metric", [(2, "l2"), (3, "cosine"), (5, "ip")])
+def test_data_of_fewer_than_eight_dimensions(dim, metric, tmp_path):
+    base, queries = clustered(3000, dim, 3), clustered(100, dim, 4)
+    ix = octex.build(base, metric=metric, progress=False)
+    ids, dist = ix.search(queries, k=10)
+    assert recall(ids, exact(base, queries, 10, metric)) >= 0.95
+    assert ix.dim == dim and ix.reconstruct([7]).shape == (1, dim)
+    ix.save(tmp_path / "low.octex")
+    again = octex.Index.load(tmp_path / "low.octex")
+    assert np.array_equal(again.search(queries, k=10)[0], ids)
+
+
 def test_save_and_load_round_trip(index, data, tmp_path):
     path = tmp_path / "x.octex"
     index.save(path)

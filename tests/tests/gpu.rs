@@ -419,6 +419,40 @@ fn far_queries_and_inner_product_on_gpu() {
     let _ = BatchView::default();
 }
 
+/// Data of 2 and 3 dimensions (stored padded to one block): the GPU search
+/// and the GPU build agree with the CPU's.
+#[test]
+fn low_dimensional_data_agrees_between_cpu_and_gpu() {
+    let Some(_gpu) = gpu_or_skip("low_dimensional_data_agrees_between_cpu_and_gpu") else {
+        return;
+    };
+    for (dim, metric) in [(2, Metric::L2), (3, Metric::InnerProduct)] {
+        let base = clustered(6_000, dim, 12, 9);
+        let queries = clustered(300, dim, 12, 10);
+        let index = build(&base, dim, metric);
+        let p = SearchParams::default();
+        let cpu = index.search(&queries, 10, &p).unwrap();
+        let mut g = index.gpu(&exact_products(1024)).unwrap();
+        let gpu = g.search(&queries, 10, &p).unwrap();
+        let truth = match metric {
+            Metric::InnerProduct => octex_tests::brute_force_ip(&base, &queries, dim, 10),
+            _ => brute_force(&base, &queries, dim, 10),
+        };
+        assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
+        let params = octex_build::BuildParams {
+            backend: Backend::Gpu,
+            ..test_params()
+        };
+        let on_gpu = octex_build::build(&base, dim, metric, &params).unwrap();
+        let on_gpu = Index::new(on_gpu.index);
+        let rebuilt = on_gpu.search(&queries, 10, &p).unwrap();
+        assert!(
+            recall(&rebuilt.ids, &truth, 10) >= recall(&cpu.ids, &truth, 10) - 0.01,
+            "{dim}-d {metric}: the GPU build's index falls short of the CPU build's"
+        );
+    }
+}
+
 /// Without a driver, asking for the GPU is an error value.
 #[test]
 fn gpu_request_without_driver_is_an_error() {

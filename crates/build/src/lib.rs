@@ -134,8 +134,6 @@ pub enum BuildError {
     Empty,
     #[error("{len} values are not a whole number of vectors of dimension {dim}")]
     Ragged { len: usize, dim: usize },
-    #[error("dimension {dim} is too small: octex needs at least 8 (one E8 block)")]
-    TooFewDims { dim: usize },
     #[error("vector {row}, coordinate {col} is {value}: vectors must be finite")]
     NotFinite { row: usize, col: usize, value: f32 },
     #[error(
@@ -264,7 +262,8 @@ impl BuildReport {
 pub const MAX_DIM: usize = 16_384;
 
 /// Check and prepare the vectors for `metric`: finite, normalised (cosine) or
-/// augmented (inner product). Returns the stored vectors, their dimension and,
+/// augmented (inner product), padded to [`octex_index::MIN_STORED_DIM`].
+/// Returns the stored vectors, their dimension and,
 /// for inner product, the largest norm.
 pub fn prepare(
     data: &[f32],
@@ -304,14 +303,14 @@ pub fn prepare(
     for (row, &n2) in norms.iter().enumerate() {
         metric.check_norm(n2).map_err(|p| refuse(row, p))?;
     }
-    if metric == Metric::L2 {
+    let sdim = metric.stored_dim(dim);
+    if metric == Metric::L2 && sdim == dim {
         return Ok((Cow::Borrowed(data), dim, 0.0));
     }
     let max2 = match metric {
         Metric::InnerProduct => norms.iter().cloned().fold(0.0f64, f64::max),
         Metric::L2 | Metric::Cosine => 0.0,
     };
-    let sdim = metric.stored_dim(dim);
     let mut out = vec![0f32; n * sdim];
     out.par_chunks_mut(sdim)
         .zip(data.par_chunks(dim))
@@ -353,9 +352,6 @@ pub fn build_with_progress(
     let mut report = BuildReport::default();
     let (stored, sdim, max_norm) = report.phase("prepare", || prepare(data, dim, metric))?;
     let n = stored.len() / sdim;
-    if sdim < 8 {
-        return Err(BuildError::TooFewDims { dim });
-    }
     let (p, budget) = params.resolve_for_target(n, sdim);
     if let Some(b) = &budget {
         let typical = SizeEstimate::typical(&p).total();

@@ -87,6 +87,10 @@ pub const MAX_SKETCH_WIDTH: u32 = 1024;
 /// normalised and have no such bound.
 pub const MAX_SQUARED_NORM: f64 = 1e30;
 
+/// Fewest stored dimensions: one E8 block. Data of fewer dimensions is
+/// stored with zeros after its own coordinates.
+pub const MIN_STORED_DIM: usize = 8;
+
 /// Why a vector cannot enter a metric's stored space.
 #[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
 pub enum VectorProblem {
@@ -100,12 +104,15 @@ pub enum VectorProblem {
 /// searched as squared L2) and stored-space distances back: the one place
 /// the builder and both search backends take these rules from.
 impl Metric {
-    /// Stored dimension for input dimension `dim` (inner product appends one).
+    /// Stored dimension for input dimension `dim`: inner product appends
+    /// one, and data of fewer than [`MIN_STORED_DIM`] dimensions is padded
+    /// with zeros to it (distances unchanged).
     pub fn stored_dim(self, dim: usize) -> usize {
-        match self {
+        let own = match self {
             Metric::InnerProduct => dim + 1,
             Metric::L2 | Metric::Cosine => dim,
-        }
+        };
+        own.max(MIN_STORED_DIM)
     }
 
     /// `|x|^2`, summed in `f64`: finite for every finite `x` (an `f32` sum of
@@ -129,7 +136,8 @@ impl Metric {
         }
     }
 
-    /// Write base vector `x` into `out` (`stored_dim` values): as it is (L2),
+    /// Write base vector `x` into `out` (`stored_dim` values, zeros past
+    /// what the metric writes): as it is (L2),
     /// divided by its norm (cosine), or with `sqrt(M^2 - |x|^2)` appended
     /// (inner product; `max_norm2` is `M^2`). `norm2` is
     /// [`Metric::squared_norm`] of `x`; [`Metric::check_norm`] decides what
@@ -142,23 +150,30 @@ impl Metric {
         out: &mut [f32],
     ) -> Result<(), VectorProblem> {
         self.check_norm(norm2)?;
-        match self {
-            Metric::L2 => out.copy_from_slice(x),
+        let own = match self {
+            Metric::L2 => {
+                out[..x.len()].copy_from_slice(x);
+                x.len()
+            }
             Metric::Cosine => {
                 let inv = 1.0 / norm2.sqrt();
                 out.iter_mut()
                     .zip(x)
                     .for_each(|(o, &v)| *o = (v as f64 * inv) as f32);
+                x.len()
             }
             Metric::InnerProduct => {
                 out[..x.len()].copy_from_slice(x);
                 out[x.len()] = (max_norm2 - norm2).max(0.0).sqrt() as f32;
+                x.len() + 1
             }
-        }
+        };
+        out[own..].fill(0.0);
         Ok(())
     }
 
-    /// Write query `q` into `out` (`stored_dim` values): as it is (L2), times
+    /// Write query `q` into `out` (`stored_dim` values, zeros past what the
+    /// metric writes): as it is (L2), times
     /// the inverse of its norm (cosine), or with `0` appended (inner
     /// product). `norm2` is [`Metric::squared_norm`] of `q`.
     pub fn prepare_query(
@@ -168,19 +183,21 @@ impl Metric {
         out: &mut [f32],
     ) -> Result<(), VectorProblem> {
         self.check_norm(norm2)?;
-        match self {
-            Metric::L2 => out.copy_from_slice(q),
+        let own = match self {
+            Metric::L2 | Metric::InnerProduct => {
+                out[..q.len()].copy_from_slice(q);
+                q.len()
+            }
             Metric::Cosine => {
                 let inv = 1.0 / norm2.sqrt();
                 out.iter_mut()
                     .zip(q)
                     .for_each(|(o, &v)| *o = (v as f64 * inv) as f32);
+                q.len()
             }
-            Metric::InnerProduct => {
-                out[..q.len()].copy_from_slice(q);
-                out[q.len()] = 0.0;
-            }
-        }
+        };
+        // Inner product's appended coordinate is 0 for a query, as is the padding.
+        out[own..].fill(0.0);
         Ok(())
     }
 
@@ -467,6 +484,28 @@ mod tests {
             Metric::Cosine.prepare_base(&[0.0; 3], 0.0, 0.0, &mut out),
             Err(VectorProblem::ZeroNorm)
         );
+    }
+
+    /// Data of fewer than eight dimensions is stored padded with zeros to
+    /// one E8 block, whatever the buffer held, so distances do not change;
+    /// wider data keeps its own dimension.
+    #[test]
+    fn low_dimensional_data_is_padded_to_one_block() {
+        for (metric, own) in [
+            (Metric::L2, 2),
+            (Metric::Cosine, 2),
+            (Metric::InnerProduct, 3),
+        ] {
+            assert_eq!(metric.stored_dim(2), super::MIN_STORED_DIM);
+            assert_eq!(metric.stored_dim(64), 64 + own - 2);
+            let x = [3.0f32, -4.0];
+            let n2 = Metric::squared_norm(&x);
+            let (mut xs, mut qs) = (vec![7.0f32; 8], vec![-7.0f32; 8]);
+            metric.prepare_base(&x, n2, 2.0 * n2, &mut xs).unwrap();
+            metric.prepare_query(&x, n2, &mut qs).unwrap();
+            assert!(xs[own..].iter().all(|&v| v == 0.0), "{metric}: {xs:?}");
+            assert!(qs[2..].iter().all(|&v| v == 0.0), "{metric}: {qs:?}");
+        }
     }
 
     /// Huge and tiny finite vectors: cosine normalises them in f64 (no

@@ -27,7 +27,7 @@ pub mod vecfile;
 
 pub use format::{
     IndexHeader, Metric, SearchDefaults, SectionKind, VectorDtype, VectorProblem, FORMAT_VERSION,
-    MAX_BLOCKS, MAX_SKETCH_WIDTH, MAX_SQUARED_NORM, OLDEST_FORMAT_VERSION,
+    MAX_BLOCKS, MAX_SKETCH_WIDTH, MAX_SQUARED_NORM, MIN_STORED_DIM, OLDEST_FORMAT_VERSION,
 };
 pub use index::{Index, IndexError, IndexParts, LoadOptions, RerankVectors, RerankView};
 pub use table::{TableEntry, PAD_ID};

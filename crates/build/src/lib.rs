@@ -431,9 +431,8 @@ pub fn build_with_progress(
         tracing::info!(device = %g.describe(), exact_rows, "building on the GPU");
     }
 
-    // Neighbour rows need only the vectors: on the GPU they start at once on a
-    // thread of their own, overlapped with everything else (the build takes
-    // the longer of the two, not their sum).
+    // Neighbour rows need only the vectors: on the GPU their products run
+    // first, and the host's share of them overlaps everything after.
     let shape = rows::RowShape {
         row_len: p.row_len,
         forward_head: p.forward_head,
@@ -453,25 +452,32 @@ pub fn build_with_progress(
                 let tf32 = report
                     .f16_recall
                     .is_none_or(|r| r >= check::TF32_ROWS_MIN_RECALL);
-                // The detour order runs on the host in the same thread, so
-                // it too overlaps the structure's GPU work.
+                // The GPU's products run alone, before the structure: beside
+                // the ripples both took longer than one after the other
+                // (docs/RESULTS.md, "Build time"). The host's exact
+                // re-scoring and detour order then overlap the structure.
+                let found = report.phase("rows_exact_gpu", || {
+                    gpu_rows::exact_knn(g, x, sdim, k_fwd, tf32, pb)
+                });
                 let detours = shape.order == rows::RowOrder::Detours;
                 let job = scope.spawn(move || {
                     let t = Instant::now();
-                    let found = gpu_rows::exact_knn(g, x, sdim, k_fwd, tf32, pb).map(
-                        |(mut ids, mut dists)| {
-                            rows::rescore(x, sdim, k_fwd, &mut ids, &mut dists);
-                            (ids, dists)
-                        },
-                    );
-                    let knn_secs = t.elapsed().as_secs_f64();
+                    let found = found.map(|(mut ids, mut dists)| {
+                        rows::rescore(x, sdim, k_fwd, &mut ids, &mut dists);
+                        (ids, dists)
+                    });
+                    let rescore_secs = t.elapsed().as_secs_f64();
                     let found = found.map(|(mut ids, mut dists)| {
                         if detours {
                             rows::order_by_detours(&mut ids, &mut dists, k_fwd);
                         }
                         (ids, dists)
                     });
-                    (found, knn_secs, t.elapsed().as_secs_f64() - knn_secs)
+                    (
+                        found,
+                        rescore_secs,
+                        t.elapsed().as_secs_f64() - rescore_secs,
+                    )
                 });
                 Some((g, job))
             }
@@ -491,12 +497,12 @@ pub fn build_with_progress(
         let mut parts = parts;
         parts.rows = match gpu_rows_job {
             Some((g, job)) => {
-                let (found, knn_secs, detour_secs) =
+                let (found, rescore_secs, detour_secs) =
                     job.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
                 let (ids, dists) = found?;
                 report
                     .phases
-                    .push((format!("rows_exact_gpu{OVERLAPPED}"), knn_secs));
+                    .push((format!("rows_rescore{OVERLAPPED}"), rescore_secs));
                 if shape.order == rows::RowOrder::Detours {
                     report
                         .phases

@@ -336,13 +336,17 @@ impl Index {
         // Recall grows with R (the same candidates, more of them reranked):
         // the deepest R walks first, and where it passes at no S, no R
         // does; where it does, a smaller R needs at least as many start
-        // points.
+        // points. The smaller R walk up from the smallest: the first that
+        // passes at the deepest's S ends the walk (a larger R there costs
+        // more, and none passes at fewer start points).
         let (deepest, shallower) = RERANKS.split_last().unwrap_or((&1024, &[]));
         for &r in &depths {
             for &w in &WAVES {
                 if let Some(s_min) = walk_s(r, w, *deepest, 0, true)? {
                     for &rr in shallower {
-                        walk_s(r, w, rr, s_min, false)?;
+                        if walk_s(r, w, rr, s_min, false)? == Some(s_min) {
+                            break;
+                        }
                     }
                 }
             }

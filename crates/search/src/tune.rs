@@ -272,7 +272,7 @@ impl Index {
         // and cost grow with S), stepping up START_POINTS two at a time from
         // `from` and then back one; a point that misses and already costs
         // more than the cheapest passing point so far ends the walk (no
-        // larger S can win).
+        // larger S can win), and so does one whose recall did not grow.
         let mut passing: Vec<(f64, SearchParams, f64)> = Vec::new();
         let mut best_seen = (SearchParams::default(), -1.0, f64::INFINITY);
         let mut cheapest = f64::INFINITY;
@@ -301,6 +301,7 @@ impl Index {
                 Ok(m)
             };
             let mut s = from;
+            let mut last_recall = -1.0;
             let found = loop {
                 let m = measure(s)?;
                 if m.passes(required, target) {
@@ -318,9 +319,13 @@ impl Index {
                 } else {
                     m.cost
                 };
-                if bound >= cheapest || s + 1 >= START_POINTS.len() {
+                // More start points that gained nothing: the rerank depth
+                // (or the rows) caps this shape, as where a weak sketch
+                // ranks the added candidates above the true neighbours.
+                if bound >= cheapest || s + 1 >= START_POINTS.len() || m.recall <= last_recall {
                     break None;
                 }
+                last_recall = m.recall;
                 s = (s + 2).min(START_POINTS.len() - 1);
             };
             Ok(found.map(|(c, s, r)| {

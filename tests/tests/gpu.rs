@@ -688,10 +688,10 @@ fn wide_sketches_agree_between_cpu_and_gpu() {
     let Some(_gpu) = gpu_or_skip("wide_sketches_agree_between_cpu_and_gpu") else {
         return;
     };
-    let dim = 160;
-    let base = clustered(6_000, dim, 12, 31);
-    let queries = clustered(500, dim, 12, 32);
-    for width in [96, 112, 160] {
+    // Up to the widest a build chooses from the data (512 bytes).
+    for (dim, width) in [(160, 96), (160, 112), (160, 160), (520, 512)] {
+        let base = clustered(6_000, dim, 12, 31);
+        let queries = clustered(500, dim, 12, 32);
         let params = octex_build::BuildParams {
             sketch_width: Some(width),
             ..test_params()

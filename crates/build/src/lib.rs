@@ -20,9 +20,9 @@
 //!    entries and the rest ([`rows`]);
 //! 7. the rerank vectors (f16 or f32), assembled into an [`octex_index::Index`].
 //!
-//! With a GPU, the exact rows (and their detour order, on the host) start at
-//! once on a thread of their own and run beside steps 2-5 and 7 (on a second
-//! context of the same device). The GPU
+//! With a GPU, the exact rows' products run first, alone on the device; their
+//! exact re-scoring and detour order then run on the host, on a thread of
+//! their own, beside steps 2-5 and 7. The GPU
 //! phases are the `gpu` cargo feature (on by default); without it no CUDA
 //! crate is compiled, the phases are stand-ins that are never reached
 //! (`no_gpu.rs`) and `Backend::Gpu` is an error.

@@ -21,8 +21,8 @@ pub(crate) fn structure(
     progress: &dyn Progress,
 ) -> Result<(IndexParts, CopyMap, spacing::SpacingChoice), BuildError> {
     let n = x.len() / sdim;
-    // A context of its own (own stream and cuBLAS handle, exact f32 products),
-    // beside the rows thread's TF32 products on the caller's.
+    // A context of its own (own stream and cuBLAS handle, exact f32
+    // products), apart from the one the rows' TF32 products used.
     let gpu = match on_gpu {
         true => Some(report.phase("gpu_open", || Device::open(0))?),
         false => None,

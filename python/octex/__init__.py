@@ -350,9 +350,10 @@ class ShardedIndex:
 
         return json.loads(self._inner.manifest)
 
-    def search(self, queries, k: int = 10, *, params: Optional[SearchParams] = None):
-        """``(ids, distances)``, ``(nq, k)``, over all shards."""
-        return self._inner.search(_as_matrix(queries, "queries"), int(k), params)
+    def search(self, queries, k: int = 10, *, params: Optional[SearchParams] = None, backend: str = "auto"):
+        """``(ids, distances)``, ``(nq, k)``, over all shards. ``backend``:
+        ``"auto"`` (the GPU when usable), ``"cpu"`` or ``"gpu"``."""
+        return self._inner.search(_as_matrix(queries, "queries"), int(k), params, backend)
 
 
 def merge_topk(ids, distances, k: int, *, descending: bool = False):

@@ -83,7 +83,11 @@ class ShardedIndex:
     @property
     def manifest(self) -> str: ...
     def search(
-        self, queries: npt.NDArray[np.float32], k: int = 10, params: Optional[SearchParams] = None
+        self,
+        queries: npt.NDArray[np.float32],
+        k: int = 10,
+        params: Optional[SearchParams] = None,
+        backend: str = "auto",
     ) -> Tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
 
 def merge_topk(

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use octex_build::{merge_topk as merge, BuildParams, Order, ShardAnswer, ShardError, ShardedIndex};
 
 use crate::{parse, result_arrays, search_error, PySearchParams};
-use octex_search::SearchParams;
+use octex_search::{Backend, SearchParams};
 
 fn shard_error(e: ShardError) -> PyErr {
     match e {
@@ -82,7 +82,8 @@ impl PyShardedIndex {
     }
 
     /// The `k` nearest of each query over all shards: `(ids uint64, distances)`.
-    #[pyo3(signature = (queries, k=10, params=None))]
+    /// `backend`: `"auto"` (the GPU when usable), `"cpu"` or `"gpu"`.
+    #[pyo3(signature = (queries, k=10, params=None, backend="auto"))]
     #[allow(clippy::type_complexity)]
     fn search<'py>(
         &self,
@@ -90,7 +91,9 @@ impl PyShardedIndex {
         queries: PyReadonlyArray2<'py, f32>,
         k: usize,
         params: Option<PySearchParams>,
+        backend: &str,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        let backend: Backend = parse("backend", backend)?;
         let dim = self.inner.manifest().dim;
         if queries.shape()[1] != dim || k == 0 {
             return Err(PyValueError::new_err(format!(
@@ -103,7 +106,7 @@ impl PyShardedIndex {
             .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
         let p: Option<SearchParams> = params.map(Into::into);
         let (ids, d) = py
-            .detach(|| self.inner.search(q, k, p.as_ref()))
+            .detach(|| self.inner.search(q, k, p.as_ref(), backend))
             .map_err(shard_error)?;
         result_arrays(py, q.len() / dim, k, ids, d)
     }

@@ -325,6 +325,11 @@ def test_sharded_index_and_merge(tmp_path):
     back = octex.ShardedIndex.load(tmp_path / "shards")
     ids2, dists2 = back.search(queries, 10)
     assert (ids2 == ids).all() and (dists2 == dists).all()
+    cpu_ids, _ = back.search(queries, 10, backend="cpu")
+    assert recall(cpu_ids, ids) >= 0.99
+    if not octex.gpu_available():
+        with pytest.raises(RuntimeError, match="CUDA|gpu"):
+            back.search(queries, 10, backend="gpu")
     # merge_topk of exact per-shard answers is the exact answer.
     parts = []
     for a, b in [(0, 2500), (2500, 6000)]:

@@ -4,7 +4,7 @@
 use octex_build::{merge_topk, BuildParams, Order, ShardAnswer, ShardedIndex};
 use octex_index::Metric;
 use octex_search::knn::{exact_knn, KnnMetric};
-use octex_search::SearchParams;
+use octex_search::{Backend, SearchParams};
 use octex_tests::*;
 use proptest::prelude::*;
 
@@ -102,7 +102,7 @@ fn sharded_search_keeps_recall_and_round_trips() {
     let single = recall(&one.search(&queries, k, &p).unwrap().ids, &truth, k);
     let sharded = ShardedIndex::build(&base, DIM, Metric::L2, 4, &params).unwrap();
     assert_eq!(sharded.len(), 8_000);
-    let (ids, d) = sharded.search(&queries, k, Some(&p)).unwrap();
+    let (ids, d) = sharded.search(&queries, k, Some(&p), Backend::Cpu).unwrap();
     let truth64: Vec<u64> = truth.iter().map(|&i| i as u64).collect();
     let hits = ids
         .chunks_exact(k)
@@ -121,10 +121,16 @@ fn sharded_search_keeps_recall_and_round_trips() {
     let back = ShardedIndex::load(dir.path()).unwrap();
     assert_eq!(back.manifest(), sharded.manifest());
     let answer = (ids, d);
-    assert_eq!(back.search(&queries, k, Some(&p)).unwrap(), answer);
+    assert_eq!(
+        back.search(&queries, k, Some(&p), Backend::Cpu).unwrap(),
+        answer
+    );
     // No parameters: each shard's own defaults (the fixed point on this
     // clustered data, as the shards' builds chose).
-    assert_eq!(back.search(&queries, k, None).unwrap(), answer);
+    assert_eq!(
+        back.search(&queries, k, None, Backend::Cpu).unwrap(),
+        answer
+    );
     // A shard that is not what the manifest says is refused.
     let file = dir.path().join(&sharded.manifest().shards[1].file);
     let other = octex_build::build(&base[..500 * DIM], DIM, Metric::L2, &params).unwrap();

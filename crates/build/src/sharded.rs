@@ -13,7 +13,7 @@
 use std::path::Path;
 
 use octex_index::{atomic::write_atomically, Metric, PAD_ID};
-use octex_search::SearchParams;
+use octex_search::{Backend, Queries, SearchParams, SharedIndex};
 use serde::{Deserialize, Serialize};
 
 use crate::{build, BuildError, BuildParams};
@@ -65,7 +65,8 @@ pub enum ShardError {
 /// Shards and their manifest, in memory.
 pub struct ShardedIndex {
     manifest: ShardManifest,
-    shards: Vec<octex_search::Index>,
+    /// Each shard with its GPU searcher, opened at its first GPU search.
+    shards: Vec<SharedIndex>,
 }
 
 impl ShardedIndex {
@@ -95,7 +96,7 @@ impl ShardedIndex {
         for s in 0..shards {
             let (a, b) = (n * s / shards, n * (s + 1) / shards);
             let index = build(&data[a * dim..b * dim], dim, metric, params)?.index;
-            built.push(octex_search::Index::new(index));
+            built.push(SharedIndex::new(octex_search::Index::new(index)));
             entries.push(ShardEntry {
                 file: format!("shard-{s:05}.octex"),
                 first_id: a as u64,
@@ -121,12 +122,12 @@ impl ShardedIndex {
 
     /// Shard `s`'s index.
     pub fn shard(&self, s: usize) -> &octex_search::Index {
-        &self.shards[s]
+        self.shards[s].index()
     }
 
     /// Vectors in all shards.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.len()).sum()
+        self.shards.iter().map(|s| s.index().len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -141,7 +142,7 @@ impl ShardedIndex {
             source,
         })?;
         for (entry, index) in self.manifest.shards.iter().zip(&self.shards) {
-            index.raw().save(dir.join(&entry.file))?;
+            index.index().raw().save(dir.join(&entry.file))?;
         }
         write_manifest(dir, &self.manifest)
     }
@@ -201,7 +202,7 @@ impl ShardedIndex {
                 )));
             }
             ranges.push((entry.first_id, end));
-            shards.push(octex_search::Index::new(raw));
+            shards.push(SharedIndex::new(octex_search::Index::new(raw)));
         }
         if shards.is_empty() {
             return Err(ShardError::Invalid(format!(
@@ -215,19 +216,23 @@ impl ShardedIndex {
     /// The `k` nearest of each query over all shards: global ids
     /// (`u64::MAX` where fewer than `k` exist) and distances, `nq x k`.
     /// With `p` `None`, each shard searches at its own defaults
-    /// ([`octex_search::Index::default_params`]).
+    /// ([`octex_search::Index::default_params`]). On `backend`
+    /// ([`Backend::resolve`]): on the GPU, each shard's searcher opens at its
+    /// first search and stays open.
     pub fn search(
         &self,
         queries: &[f32],
         k: usize,
         p: Option<&SearchParams>,
+        backend: Backend,
     ) -> Result<(Vec<u64>, Vec<f32>), ShardError> {
-        let dim = self.manifest.dim;
-        let nq = queries.len() / dim.max(1);
+        let queries = Queries::new(queries, self.manifest.dim)?;
+        let nq = queries.len();
         let mut answers = Vec::with_capacity(self.shards.len());
-        for (entry, index) in self.manifest.shards.iter().zip(&self.shards) {
-            let own = index.default_params();
-            let res = index.search(queries, k.min(index.len()).max(1), p.unwrap_or(&own))?;
+        for (entry, shard) in self.manifest.shards.iter().zip(&self.shards) {
+            let own = shard.index().default_params();
+            let kk = k.min(shard.index().len()).max(1);
+            let res = shard.search(queries, kk, p.unwrap_or(&own), backend)?;
             let kk = res.k;
             let ids: Vec<u64> = res
                 .ids

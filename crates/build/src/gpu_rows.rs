@@ -159,13 +159,14 @@ pub fn exact_knn_chunked(
         let kk = k.min(c1 - c0);
         for start in (0..n).step_by(ROWS_CHUNK) {
             let c = ROWS_CHUNK.min(n - start);
-            let self_base = (start as u32).wrapping_sub(c0 as u32);
-            let (ci, cd) = bf.search(&x[start * d..(start + c) * d], kk, Some(self_base))?;
             let rows = start * k..(start + c) * k;
             if chunks == 1 {
+                let (ci, cd) = bf.search_own_rows(start..start + c, kk)?;
                 ids[rows.clone()].copy_from_slice(&ci);
                 dists[rows].copy_from_slice(&cd);
             } else {
+                let self_base = (start as u32).wrapping_sub(c0 as u32);
+                let (ci, cd) = bf.search(&x[start * d..(start + c) * d], kk, Some(self_base))?;
                 merge_rows(
                     &mut ids[rows.clone()],
                     &mut dists[rows],

@@ -3,7 +3,8 @@
 //! The floor a GPU ANN index is measured against, and the builder's exact
 //! neighbour rows (a self-join that skips each vector itself).
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+use rayon::prelude::*;
 
 use crate::layout::{f32_from_order_key, MAX_TOPK};
 use crate::{Gpu, GpuError};
@@ -92,8 +93,8 @@ impl<'g> GpuBruteForce<'g> {
             )));
         }
         let nq = queries.len() / self.dim;
-        let mut ids = vec![u32::MAX; nq * k];
-        let mut dists = vec![f32::INFINITY; nq * k];
+        let mut out = Answers::new(nq, k);
+        let mut scratch = self.scratch(QUERY_BLOCK.min(nq), k)?;
         let mut dq = self.gpu.zeros::<f32>(QUERY_BLOCK.min(nq) * self.dim)?;
         for start in (0..nq).step_by(QUERY_BLOCK) {
             let m = QUERY_BLOCK.min(nq - start);
@@ -101,27 +102,79 @@ impl<'g> GpuBruteForce<'g> {
             self.gpu
                 .stream()
                 .memcpy_htod(rows, &mut dq.slice_mut(..rows.len()))?;
-            let best =
-                self.search_device(&dq, m, k, self_base.map(|b| b.wrapping_add(start as u32)))?;
-            let mut keys = vec![0u64; m * k];
-            self.gpu.download(&best, &mut keys)?;
-            for (i, row) in keys.chunks_exact(k).enumerate() {
-                let qn: f32 = rows[i * self.dim..(i + 1) * self.dim]
-                    .iter()
-                    .map(|v| v * v)
-                    .sum();
-                for (j, &key) in row.iter().enumerate() {
-                    if key != u64::MAX {
-                        let o = (start + i) * k + j;
-                        ids[o] = key as u32;
-                        dists[o] = (f32_from_order_key((key >> 32) as u32) + qn).max(0.0);
-                    }
-                }
-            }
+            let base = self_base.map(|b| b.wrapping_add(start as u32));
+            let keys = self.block_topk(&dq.slice(..rows.len()), m, k, base, &mut scratch)?;
+            let norm = |i: usize| rows[i * self.dim..(i + 1) * self.dim].iter().map(|v| v * v).sum();
+            out.fill(start, keys, norm);
         }
-        Ok((ids, dists))
+        Ok((out.ids, out.dists))
     }
 
+    /// The `k` nearest other base vectors of base vectors `rows` (a
+    /// self-join: the queries are read in place on the device, each skips
+    /// itself): ids and squared L2 distances, nearest first.
+    pub fn search_own_rows(
+        &self,
+        rows: std::ops::Range<usize>,
+        k: usize,
+    ) -> Result<(Vec<u32>, Vec<f32>), GpuError> {
+        if rows.end > self.n || rows.is_empty() {
+            return Err(GpuError::Unsupported(format!(
+                "rows {rows:?} of a base of {}",
+                self.n
+            )));
+        }
+        let nq = rows.len();
+        let mut out = Answers::new(nq, k);
+        let mut scratch = self.scratch(QUERY_BLOCK.min(nq), k)?;
+        let mut norms = vec![0f32; self.n];
+        self.gpu.download(&self.norms, &mut norms)?;
+        for start in (0..nq).step_by(QUERY_BLOCK) {
+            let m = QUERY_BLOCK.min(nq - start);
+            let first = rows.start + start;
+            let q = self.base.slice(first * self.dim..(first + m) * self.dim);
+            let keys = self.block_topk(&q, m, k, Some(first as u32), &mut scratch)?;
+            out.fill(start, keys, |i| norms[first + i]);
+        }
+        Ok((out.ids, out.dists))
+    }
+
+    /// Device buffers of [`GpuBruteForce::block_topk`] for blocks of up to
+    /// `nq` queries.
+    fn scratch(&self, nq: usize, k: usize) -> Result<Scratch, GpuError> {
+        Ok(Scratch {
+            dots: self.gpu.zeros::<f32>(nq * TILE.min(self.n))?,
+            best: self.gpu.zeros::<u64>(nq * k)?,
+            empty: self.gpu.upload(&vec![u64::MAX; nq * k])?,
+            keys: vec![0u64; nq * k],
+        })
+    }
+
+    /// The top-`k` keys of `nq` queries on the device over every tile,
+    /// downloaded into `scratch.keys[..nq * k]`.
+    fn block_topk<'s>(
+        &self,
+        queries: &CudaView<f32>,
+        nq: usize,
+        k: usize,
+        self_base: Option<u32>,
+        scratch: &'s mut Scratch,
+    ) -> Result<&'s [u64], GpuError> {
+        let Scratch {
+            dots,
+            best,
+            empty,
+            keys,
+        } = scratch;
+        self.gpu
+            .stream()
+            .memcpy_dtod(&empty.slice(..nq * k), &mut best.slice_mut(..nq * k))?;
+        self.run_tiles(queries, nq, k, self_base, dots, &mut best.slice_mut(..nq * k))?;
+        self.gpu
+            .stream()
+            .memcpy_dtoh(&best.slice(..nq * k), &mut keys[..nq * k])?;
+        Ok(&keys[..nq * k])
+    }
     /// Device milliseconds of one product and one top-k pass over the first
     /// tile for `nq` queries (the first base rows), to see which bounds a run.
     pub fn profile_tile(&self, nq: usize, k: usize) -> Result<(f64, f64), GpuError> {
@@ -171,15 +224,36 @@ impl<'g> GpuBruteForce<'g> {
         k: usize,
         self_base: Option<u32>,
     ) -> Result<CudaSlice<u64>, GpuError> {
+        let mut dots = self.gpu.zeros::<f32>(nq * TILE.min(self.n))?;
+        let mut best = self.gpu.upload(&vec![u64::MAX; nq * k])?;
+        self.run_tiles(
+            &queries.slice(..),
+            nq,
+            k,
+            self_base,
+            &mut dots,
+            &mut best.slice_mut(..),
+        )?;
+        Ok(best)
+    }
+
+    /// The product of `nq` queries with every base tile and the running
+    /// top-`k` of each into `best` (`nq x k`, initialised by the caller).
+    fn run_tiles(
+        &self,
+        queries: &CudaView<f32>,
+        nq: usize,
+        k: usize,
+        self_base: Option<u32>,
+        dots: &mut CudaSlice<f32>,
+        best: &mut CudaViewMut<u64>,
+    ) -> Result<(), GpuError> {
         if k == 0 || k > MAX_TOPK as usize || k > self.n {
             return Err(GpuError::Unsupported(format!(
                 "GPU brute force takes 1 <= k <= min({MAX_TOPK}, n = {}), got {k}",
                 self.n
             )));
         }
-        let tile = TILE.min(self.n);
-        let mut dots = self.gpu.zeros::<f32>(nq * tile)?;
-        let mut best = self.gpu.upload(&vec![u64::MAX; nq * k])?;
         self.gpu.set_tf32(self.tf32)?;
         for t0 in (0..self.n).step_by(TILE) {
             let nt = TILE.min(self.n - t0);
@@ -196,10 +270,58 @@ impl<'g> GpuBruteForce<'g> {
                 t0 as u32,
                 self_base.unwrap_or(u32::MAX),
                 k,
-                &mut best.slice_mut(..),
+                best,
             )?;
         }
         self.gpu.set_tf32(false)?;
-        Ok(best)
+        Ok(())
+    }
+}
+
+/// Reused device buffers of a run of query blocks, and the host copy of the
+/// last block's keys.
+struct Scratch {
+    dots: CudaSlice<f32>,
+    best: CudaSlice<u64>,
+    /// `u64::MAX` everywhere: the empty running lists.
+    empty: CudaSlice<u64>,
+    keys: Vec<u64>,
+}
+
+/// Ids and distances of `nq` queries' `k` nearest, filled block by block.
+struct Answers {
+    ids: Vec<u32>,
+    dists: Vec<f32>,
+    k: usize,
+}
+
+impl Answers {
+    fn new(nq: usize, k: usize) -> Self {
+        Answers {
+            ids: vec![u32::MAX; nq * k],
+            dists: vec![f32::INFINITY; nq * k],
+            k,
+        }
+    }
+
+    /// Queries `start..` from their top-k `keys` (`|x|^2 - 2 <q, x>` order
+    /// keys, id low) and squared norms `norm(i)` (`i` within the block).
+    fn fill(&mut self, start: usize, keys: &[u64], norm: impl Fn(usize) -> f32 + Sync) {
+        let k = self.k;
+        let rows = start * k..start * k + keys.len();
+        self.ids[rows.clone()]
+            .par_chunks_mut(k)
+            .zip(self.dists[rows].par_chunks_mut(k))
+            .zip(keys.par_chunks(k))
+            .enumerate()
+            .for_each(|(i, ((ids, dists), row))| {
+                let qn = norm(i);
+                for ((id, dist), &key) in ids.iter_mut().zip(dists.iter_mut()).zip(row) {
+                    if key != u64::MAX {
+                        *id = key as u32;
+                        *dist = (f32_from_order_key((key >> 32) as u32) + qn).max(0.0);
+                    }
+                }
+            });
     }
 }

@@ -68,6 +68,10 @@ pub unsafe extern "ptx-kernel" fn row_sq_norms(x: *const f32, n: u32, d: u32, ou
 /// TOPK_CANDIDATES)`).
 const TOPK_CANDIDATES: u32 = 2048;
 
+/// New entries of a tile up to which `topk_tile` merges them into the running
+/// list by counted ranks instead of sorting both together.
+const RANK_MERGE_MAX: u32 = 256;
+
 /// Running top-k of a tile: query `q` (one block each) scores tile columns
 /// `t < nt` as `norms[t] - 2 dots[q][t]` (`dots` is `nq x nt`, row-major), ids
 /// `tile_base + t`, skipping id `self_base + q` (exact rows exclude the vector
@@ -79,6 +83,7 @@ const TOPK_CANDIDATES: u32 = 2048;
 /// buffer (the first tiles), the bound tightens to the k-th smallest of the
 /// threads' minima, and when even those are too many (many equal distances), a
 /// bisection over the candidate keys finds the exact k-th smallest first.
+/// A few new entries (the later tiles) merge into the running list by rank.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn topk_tile(
@@ -207,9 +212,55 @@ pub unsafe extern "ptx-kernel" fn topk_tile(
                 *cand.add(pos as usize) = v;
             }
         }
+        // The running list, sorted, beside the new entries (`mins` is free).
+        let old = mins;
         let mut j = t;
         while j < k {
-            let v = *own.add(j as usize);
+            *old.add(j as usize) = *own.add(j as usize);
+            j += T;
+        }
+        sync();
+        let m = core::ptr::read_volatile(counter);
+        if m == 0 {
+            return;
+        }
+        if m <= RANK_MERGE_MAX {
+            // Keys are unique (ids differ) and the running list is sorted:
+            // each entry's place in the merged list is its rank, counted
+            // directly; no sort, no further barrier.
+            let below_new = |x: u64| (0..m).filter(|&i| *cand.add(i as usize) < x).count() as u32;
+            let mut j = t;
+            while j < k {
+                let v = *old.add(j as usize);
+                let pos = j + below_new(v);
+                if pos < k {
+                    *own.add(pos as usize) = v;
+                }
+                j += T;
+            }
+            let mut i = t;
+            while i < m {
+                let v = *cand.add(i as usize);
+                let (mut lo, mut hi) = (0u32, k);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if *old.add(mid as usize) < v {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                let pos = lo + below_new(v);
+                if pos < k {
+                    *own.add(pos as usize) = v;
+                }
+                i += T;
+            }
+            return;
+        }
+        let mut j = t;
+        while j < k {
+            let v = *old.add(j as usize);
             if v != u64::MAX {
                 let pos = add_shared(counter, 1);
                 *cand.add(pos as usize) = v;

@@ -419,6 +419,30 @@ fn far_queries_and_inner_product_on_gpu() {
     let _ = BatchView::default();
 }
 
+/// Queries from another mixture than the data's: the GPU sends the same
+/// queries to the seeds as the CPU (`visits_seeds`: their nearest first-round
+/// candidate lies far out) and agrees with its answers.
+#[test]
+fn queries_outside_the_data_agree_between_cpu_and_gpu() {
+    let Some(_gpu) = gpu_or_skip("queries_outside_the_data_agree_between_cpu_and_gpu") else {
+        return;
+    };
+    let dim = 64;
+    let base = clustered(10_000, dim, 64, 1);
+    let queries = clustered(300, dim, 64, 2);
+    let index = build(&base, dim, Metric::L2);
+    let p = SearchParams::default();
+    let cpu = index.search(&queries, 10, &p).unwrap();
+    let mut g = index.gpu(&exact_products(1024)).unwrap();
+    let gpu = g.search(&queries, 10, &p).unwrap();
+    let (a, b) = (cpu.stats.seeded_queries, gpu.stats.seeded_queries);
+    eprintln!("seeded: CPU {a}, GPU {b} of 300");
+    assert!(a >= 100 && a.abs_diff(b) <= 3, "seeded CPU {a} GPU {b}");
+    let truth = brute_force(&base, &queries, dim, 10);
+    assert_backends_agree(&p, &cpu.ids, &gpu.ids, &truth);
+    assert!(recall(&gpu.ids, &truth, 10) >= 0.95);
+}
+
 /// Data of 2 and 3 dimensions (stored padded to one block): the GPU search
 /// and the GPU build agree with the CPU's.
 #[test]

@@ -287,13 +287,14 @@ pub fn run(args: SearchArgs) -> Result<()> {
     }
     let q = stats.queries.max(1) as f64;
     eprintln!(
-        "{nq} queries, k={}, {p:?}, kernel {}, {} threads: {:.0} sketch + {:.0} exact distances per query, {:.2} copies without fragment",
+        "{nq} queries, k={}, {p:?}, kernel {}, {} threads: {:.0} sketch + {:.0} exact distances per query, {:.2} copies without fragment, {:.1}% of queries seeded",
         args.k,
         index.kernel_name(),
         rayon::current_num_threads(),
         stats.sketch_distances as f64 / q,
         stats.exact_distances as f64 / q,
-        stats.copies_without_fragment as f64 / q
+        stats.copies_without_fragment as f64 / q,
+        100.0 * stats.seeded_queries as f64 / q
     );
     let (rss, peak) = resident_mib().unzip();
     let json = serde_json::json!({

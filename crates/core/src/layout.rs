@@ -85,7 +85,7 @@ pub const IVF_MAX_PROBES: u32 = 32;
 /// the index through it, so moving a part (another GPU, host memory) changes
 /// no kernel, only this table.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct IndexView {
     /// `TableEntry` (`4 x u64`) per (copy, spacing), `copies x spacings`.
     pub tables: u64,
@@ -142,7 +142,9 @@ pub struct IndexView {
     pub n_seeds: u32,
     /// Residual sketch centres `K` (0: a plain sketch).
     pub sketch_centre_count: u32,
-    pub _pad: u32,
+    /// Squared distance beyond which a query's nearest first-round
+    /// candidate sends it to the seeds ([`visits_seeds`]).
+    pub far_seed_distance: f32,
 }
 
 // SAFETY: repr(C), integers, floats and u64 device addresses only.
@@ -385,7 +387,7 @@ const fn align_up(x: u32, a: u32) -> u32 {
 }
 
 impl SearchSmem {
-    pub const COUNTERS: u32 = 9 + LATENCY_BLOCK_THREADS / 32;
+    pub const COUNTERS: u32 = CTR_WARP_SUMS as u32 + LATENCY_BLOCK_THREADS / 32;
 
     pub const fn new(index: &IndexView, batch: &BatchView) -> Self {
         let spilled = batch.scratch_per_query > 0;
@@ -435,9 +437,10 @@ impl SearchSmem {
 
     /// Most distinct ids the first round leaves in the visited set and the
     /// candidate buffer, for a read depth `read_depth` and `start_points`
-    /// start points: its `copies x read_depth` ripple heads, or, where these
-    /// held fewer distinct ids than the start points (only then does
-    /// `wave_search` visit the seeds), those and the `n_seeds` seeds. It
+    /// start points: its `copies x read_depth` ripple heads, or, where the
+    /// query visits the seeds ([`visits_seeds`]; it keeps at most
+    /// `start_points - 1` of its first-round ids then), those and the
+    /// `n_seeds` seeds. It
     /// sizes the candidate buffer; the visited set keeps a slot per entry
     /// read (`crates/search/src/gpu/launch_plan.rs` says why).
     pub const fn first_round_ids(index: &IndexView, read_depth: u32, start_points: u32) -> u32 {
@@ -463,6 +466,25 @@ const fn min_u32(a: u32, b: u32) -> u32 {
     }
 }
 
+/// How much farther than the data's typical nearest-neighbour distance
+/// (squared) a query's nearest first-round candidate may lie before the query
+/// counts as outside the data ([`visits_seeds`]).
+pub const FAR_FACTOR: f32 = 8.0;
+
+/// Whether a query visits the fallback seeds after its first round: it found
+/// fewer distinct ids than `start_points`, or its nearest first-round
+/// candidate (least sketch distance, then id) lies at an exact squared
+/// distance `nearest` beyond `far` ([`FAR_FACTOR`] x the data's typical
+/// nearest-neighbour distance). Such a query keeps only its `start_points - 1`
+/// nearest first-round candidates.
+/// Why: a query outside the data meets stray fragments whose ripples hold
+/// vectors of whatever region lies nearest those fragments, often not the
+/// query's nearest; its waves then never leave that region.
+#[inline(always)]
+pub fn visits_seeds(found: u32, start_points: u32, nearest: f32, far: f32) -> bool {
+    found < start_points || nearest > far
+}
+
 /// Counter slots in `wave_search`'s shared memory.
 pub const CTR_COUNT: usize = 0;
 /// Append position of the exact list (per-wave rerank).
@@ -476,9 +498,11 @@ pub const CTR_FRESH: usize = 6;
 pub const CTR_EXACT: usize = 7;
 /// The largest `|q_j sigma_j|` of the query (`f32` bits; [`crate::sketch`]).
 pub const CTR_QUERY_AMAX: usize = 8;
+/// The exact distance of the nearest first-round candidate (`f32` bits).
+pub const CTR_NEAREST: usize = 9;
 /// One slot per warp of the largest block (`LATENCY_BLOCK_THREADS / 32`),
 /// for block scans; the last counter slots.
-pub const CTR_WARP_SUMS: usize = 9;
+pub const CTR_WARP_SUMS: usize = 10;
 
 /// Order-preserving map of an `f32` to a `u32` (negative values too): sorting
 /// the `u32`s sorts the floats.

@@ -104,7 +104,12 @@ impl<'g> GpuBruteForce<'g> {
                 .memcpy_htod(rows, &mut dq.slice_mut(..rows.len()))?;
             let base = self_base.map(|b| b.wrapping_add(start as u32));
             let keys = self.block_topk(&dq.slice(..rows.len()), m, k, base, &mut scratch)?;
-            let norm = |i: usize| rows[i * self.dim..(i + 1) * self.dim].iter().map(|v| v * v).sum();
+            let norm = |i: usize| {
+                rows[i * self.dim..(i + 1) * self.dim]
+                    .iter()
+                    .map(|v| v * v)
+                    .sum()
+            };
             out.fill(start, keys, norm);
         }
         Ok((out.ids, out.dists))
@@ -169,7 +174,14 @@ impl<'g> GpuBruteForce<'g> {
         self.gpu
             .stream()
             .memcpy_dtod(&empty.slice(..nq * k), &mut best.slice_mut(..nq * k))?;
-        self.run_tiles(queries, nq, k, self_base, dots, &mut best.slice_mut(..nq * k))?;
+        self.run_tiles(
+            queries,
+            nq,
+            k,
+            self_base,
+            dots,
+            &mut best.slice_mut(..nq * k),
+        )?;
         self.gpu
             .stream()
             .memcpy_dtoh(&best.slice(..nq * k), &mut keys[..nq * k])?;

@@ -20,6 +20,7 @@
 //! above them were expanded), and the rerank takes the best `R`, so keeping `M` is
 //! exact, not a heuristic.
 
+use octex_core::layout::{visits_seeds, FAR_FACTOR};
 use octex_core::sketch::{
     centre_estimate, centre_term, estimate, residual_row_norm, row_norm, QueryScale,
 };
@@ -107,6 +108,8 @@ pub(crate) struct Engine {
     pub list_len: usize,
     /// Fallback entry points (see [`entry_points`]).
     pub seeds: Vec<u32>,
+    /// [`visits_seeds`]'s `far`: see [`far_seed_distance`].
+    pub far_seeds: f32,
     /// The first round's decoder ([`octex_lattice::decoder`]).
     pub decode: DecodeFn,
 }
@@ -232,6 +235,55 @@ fn centre_members(index: &Index) -> Vec<u32> {
         .collect()
 }
 
+/// Vectors whose nearest-neighbour distance [`far_seed_distance`] samples.
+const FAR_SAMPLE: usize = 1024;
+
+/// [`FAR_FACTOR`] times the data's typical nearest-neighbour distance: the
+/// median, over up to [`FAR_SAMPLE`] vectors spread over the index, of the
+/// exact squared distance to the nearest entry of each one's row, zeros
+/// (duplicates) left out. Infinite where no vector has a neighbour.
+pub fn far_seed_distance(index: &Index, engine: &Engine) -> f32 {
+    let n = index.len();
+    let lt = engine.row_len;
+    let rows = index.rows();
+    if n < 2 || lt == 0 || rows.len() < n * lt {
+        return f32::INFINITY;
+    }
+    let picks = n.min(FAR_SAMPLE);
+    let mut nearest: Vec<f32> = (0..picks)
+        .into_par_iter()
+        .filter_map(|i| {
+            let id = (i * n / picks) as u32;
+            let mut q = vec![0f32; index.stored_dim()];
+            stored_vector(index, id as usize, &mut q);
+            rows[id as usize * lt..(id as usize + 1) * lt]
+                .iter()
+                .filter(|&&j| j != PAD_ID && j != id)
+                .map(|&j| engine.exact_distance(index, &q, j))
+                .filter(|d| *d > 0.0)
+                .min_by(f32::total_cmp)
+        })
+        .collect();
+    if nearest.is_empty() {
+        return f32::INFINITY;
+    }
+    let mid = nearest.len() / 2;
+    let (_, median, _) = nearest.select_nth_unstable_by(mid, f32::total_cmp);
+    FAR_FACTOR * *median
+}
+
+/// Stored vector `id` (`out`: the stored dimension) as f32.
+pub(crate) fn stored_vector(index: &Index, id: usize, out: &mut [f32]) {
+    let sdim = index.stored_dim();
+    match index.vectors() {
+        RerankView::F16(v) => out
+            .iter_mut()
+            .zip(&v[id * sdim..(id + 1) * sdim])
+            .for_each(|(o, x)| *o = x.to_f32()),
+        RerankView::F32(v) => out.copy_from_slice(&v[id * sdim..(id + 1) * sdim]),
+    }
+}
+
 /// Sketch rows prefetched ahead of the one being ranked.
 const PREFETCH_AHEAD: usize = 32;
 /// Rerank vectors prefetched ahead of the exact distance being computed
@@ -333,7 +385,7 @@ impl Engine {
     pub fn new(index: &Index, kernel: SketchFn) -> Self {
         let h = index.header();
         let (exact_f32, exact_f16) = crate::simd::exact_kernels();
-        Self {
+        let mut engine = Self {
             map: index.copy_map(),
             kernel,
             exact_f32,
@@ -344,8 +396,11 @@ impl Engine {
             row_len: h.row_len as usize,
             list_len: h.list_len as usize,
             seeds: entry_points(index),
+            far_seeds: f32::INFINITY,
             decode: octex_lattice::decoder::best_decode(),
-        }
+        };
+        engine.far_seeds = far_seed_distance(index, &engine);
+        engine
     }
 
     /// Sketch query codes (`n x w` `i16`) and their steps from principal
@@ -647,19 +702,43 @@ impl Engine {
                 }
             }
         }
-        if s.fresh.len() < p.start_points {
+        let found = s.fresh.len();
+        self.rank_fresh(index, qs, s);
+        // The nearest first-round candidate (least sketch distance, then id),
+        // as the GPU finds it; measured only where the count does not decide.
+        let nearest = match found >= p.start_points {
+            true => s
+                .cand
+                .iter()
+                .min_by(|a, b| a.d.total_cmp(&b.d).then(a.id.cmp(&b.id)))
+                .map_or(f32::INFINITY, |c| self.exact_distance(index, q, c.id)),
+            false => 0.0,
+        };
+        let seeded = visits_seeds(found as u32, p.start_points as u32, nearest, self.far_seeds);
+        if seeded && found >= p.start_points {
+            // Keep the start_points - 1 nearest (the GPU's buffer bound).
+            s.cand
+                .sort_unstable_by(|a, b| a.d.total_cmp(&b.d).then(a.id.cmp(&b.id)));
+            s.cand.truncate(p.start_points - 1);
+        }
+        if let Some(f) = filter {
+            self.merge_answer(s, f.ids, want);
+        }
+        self.merge(s, m);
+        if seeded {
             s.stats.seeded_queries += 1;
+            s.fresh.clear();
             for &id in &self.seeds {
                 if s.visited.insert(id) {
                     s.fresh.push(id);
                 }
             }
+            self.rank_fresh(index, qs, s);
+            if let Some(f) = filter {
+                self.merge_answer(s, f.ids, want);
+            }
+            self.merge(s, m);
         }
-        self.rank_fresh(index, qs, s);
-        if let Some(f) = filter {
-            self.merge_answer(s, f.ids, want);
-        }
-        self.merge(s, m);
 
         // Waves: `W`, and with a filter more until its answer list is full.
         let rows = index.rows();

@@ -13,7 +13,8 @@
 //! (cosine: normalised again; inner product: the extra coordinate 0), against
 //! exact neighbours computed on the fly ([`crate::knn`] over the rerank vectors).
 
-use octex_index::{Metric, RerankView, SearchDefaults, VectorDtype};
+use crate::engine::stored_vector;
+use octex_index::{Metric, SearchDefaults, VectorDtype};
 
 use crate::knn::{self, Exclude, KnnMetric};
 use crate::{Index, SearchError, SearchParams, SearchStats};
@@ -465,7 +466,7 @@ impl Index {
         let sdim = self.raw.stored_dim();
         let m = (2 * TUNE_QUERIES).min(n);
         let picks: Vec<usize> = (0..m).map(|i| i * n / m).collect();
-        let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
+        let stored = |id: usize, out: &mut [f32]| stored_vector(&self.raw, id, out);
         let mut own = vec![0f32; picks.len() * sdim];
         for (q, &id) in own.chunks_exact_mut(sdim).zip(&picks) {
             stored(id, q);
@@ -521,7 +522,7 @@ impl Index {
     /// spread over them: even rows tune, odd rows check.
     fn split_sample(&self, queries: &[f32], k: usize) -> (Sample, Sample) {
         let sdim = self.raw.stored_dim();
-        let stored = |id: usize, out: &mut [f32]| stored_vector(self, id, out);
+        let stored = |id: usize, out: &mut [f32]| stored_vector(&self.raw, id, out);
         let (truth, _) = knn::exact_knn_of_rows(
             self.len(),
             &stored,
@@ -548,18 +549,6 @@ impl Index {
             }
         };
         (split(0), split(1))
-    }
-}
-
-/// Stored vector `id` (`out`: the stored dimension) as f32.
-fn stored_vector(index: &Index, id: usize, out: &mut [f32]) {
-    let sdim = index.raw.stored_dim();
-    match index.raw.vectors() {
-        RerankView::F16(v) => out
-            .iter_mut()
-            .zip(&v[id * sdim..(id + 1) * sdim])
-            .for_each(|(o, x)| *o = x.to_f32()),
-        RerankView::F32(v) => out.copy_from_slice(&v[id * sdim..(id + 1) * sdim]),
     }
 }
 

@@ -168,6 +168,33 @@ unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32
     }
 }
 
+/// Exact squared distance of the vector of buffer entry `key` (the same for
+/// every thread), measured by the first lane group and shared through the
+/// shared slot `slot`; all threads call it.
+#[inline(always)]
+unsafe fn exact_of_entry<const TH: u32>(
+    ix: &IndexView,
+    query: *const f32,
+    key: u64,
+    slot: *mut u32,
+) -> f32 {
+    let t = tid();
+    // SAFETY: `key` is a buffer entry (an id below n); `slot` is this block's
+    // shared counter, read by no one else.
+    unsafe {
+        if t < 32 {
+            let lanes = exact_group_lanes(ix);
+            let id = key as u32 & !(EXPANDED_BIT | EXACT_BIT);
+            let d = exact_distance(ix, query, id, t < lanes, t % lanes, lanes);
+            if t == 0 {
+                core::ptr::write_volatile(slot, d.to_bits());
+            }
+        }
+        sync();
+        f32::from_bits(core::ptr::read_volatile(slot))
+    }
+}
+
 /// The wave search of one query per block (`BLOCK_THREADS` threads; dynamic
 /// shared memory as `SearchSmem` lays it out), for batches whose large
 /// arrays fit in shared memory.
@@ -406,22 +433,42 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
         counts.first_round = first_round;
         sync();
         let found = core::ptr::read_volatile(count);
-        let seeded = found < bt.start_points;
-        if seeded {
-            reset_counter(fresh_count);
-            let seeds = ix.seeds as *const u32;
-            let mut unused = 0;
-            let load_seed = |e: u32, _: u32| *seeds.add(e as usize);
-            round.visit_and_score::<TH, POW2>(
-                ix.n_seeds,
-                1,
-                load_seed,
-                &mut unused,
-                u32::MAX,
-                &mut counts,
-            );
+        // The seeds follow a first round of too few ids (the count decides,
+        // before any sort), or one whose nearest candidate, the first of the
+        // sorted buffer, lies far out: it keeps its `S - 1` nearest then.
+        let mut seeded = visits_seeds(found, bt.start_points, 0.0, ix.far_seed_distance);
+        let mut measured = seeded;
+        let mut nbest;
+        loop {
+            if seeded {
+                reset_counter(fresh_count);
+                let seeds = ix.seeds as *const u32;
+                let mut unused = 0;
+                let load_seed = |e: u32, _: u32| *seeds.add(e as usize);
+                round.visit_and_score::<TH, POW2>(
+                    ix.n_seeds,
+                    1,
+                    load_seed,
+                    &mut unused,
+                    u32::MAX,
+                    &mut counts,
+                );
+            }
+            nbest = sort_and_trim::<TH>(buf, count, bt.keep);
+            if measured || nbest == 0 {
+                break;
+            }
+            measured = true;
+            let nearest = exact_of_entry::<TH>(&ix, query, *buf, ctr.add(CTR_NEAREST));
+            if !visits_seeds(found, bt.start_points, nearest, ix.far_seed_distance) {
+                break;
+            }
+            seeded = true;
+            if t == 0 {
+                core::ptr::write_volatile(count, nbest.min(bt.start_points - 1));
+            }
+            sync();
         }
-        let mut nbest = sort_and_trim::<TH>(buf, count, bt.keep);
         if bt.stop_after == STOP_AFTER_FIRST_ROUND {
             return;
         }

@@ -225,7 +225,7 @@ impl DeviceIndex {
             vectors_f16: f16,
             n_seeds: seeds.len() as u32,
             sketch_centre_count: raw.sketch_centre_scales().len() as u32,
-            _pad: 0,
+            far_seed_distance: index.engine.far_seeds,
         };
         let bytes = parts.bytes + 4 * projection_floats as u64;
         Ok(Self {

@@ -24,7 +24,7 @@ use octex_core::layout::{visits_seeds, FAR_FACTOR};
 use octex_core::sketch::{
     centre_estimate, centre_term, estimate, residual_row_norm, row_norm, QueryScale,
 };
-use octex_index::{Index, RerankView, PAD_ID};
+use octex_index::{Index, Metric, RerankView, PAD_ID};
 use octex_lattice::CopyMap;
 use rayon::prelude::*;
 
@@ -241,12 +241,15 @@ const FAR_SAMPLE: usize = 1024;
 /// [`FAR_FACTOR`] times the data's typical nearest-neighbour distance: the
 /// median, over up to [`FAR_SAMPLE`] vectors spread over the index, of the
 /// exact squared distance to the nearest entry of each one's row, zeros
-/// (duplicates) left out. Infinite where no vector has a neighbour.
+/// (duplicates) left out. Infinite where no vector has a neighbour, and for
+/// inner product: its stored space appends a coordinate that is 0 for every
+/// query and not for the data, so every query lies outside the data there
+/// and the distance tells nothing.
 pub fn far_seed_distance(index: &Index, engine: &Engine) -> f32 {
     let n = index.len();
     let lt = engine.row_len;
     let rows = index.rows();
-    if n < 2 || lt == 0 || rows.len() < n * lt {
+    if n < 2 || lt == 0 || rows.len() < n * lt || index.metric() == Metric::InnerProduct {
         return f32::INFINITY;
     }
     let picks = n.min(FAR_SAMPLE);

@@ -13,7 +13,7 @@
 //! (cosine: normalised again; inner product: the extra coordinate 0), against
 //! exact neighbours computed on the fly ([`crate::knn`] over the rerank vectors).
 
-use crate::engine::stored_vector;
+use crate::seeds::stored_vector;
 use octex_index::{Metric, SearchDefaults, VectorDtype};
 
 use crate::knn::{self, Exclude, KnnMetric};

@@ -591,8 +591,9 @@ impl Engine {
         let found = s.fresh.len();
         self.rank_fresh(index, qs, s);
         // The nearest first-round candidate (least sketch distance, then id),
-        // as the GPU finds it; measured only where the count does not decide.
-        let nearest = match found >= p.start_points {
+        // as the GPU finds it; measured only where the count does not decide
+        // and a far distance exists (not for inner product).
+        let nearest = match found >= p.start_points && self.far_seeds.is_finite() {
             true => s
                 .cand
                 .iter()

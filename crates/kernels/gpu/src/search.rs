@@ -171,6 +171,11 @@ unsafe fn sort_and_trim<const TH: u32>(buf: *mut u64, count: *mut u32, keep: u32
 /// Exact squared distance of the vector of buffer entry `key` (the same for
 /// every thread), measured by the first lane group and shared through the
 /// shared slot `slot`; all threads call it.
+///
+/// # Safety
+/// `key`'s low word is an id below `ix.n` (flags aside), `query` holds the
+/// stored-space query and `slot` is a shared counter no other thread reads
+/// or writes until the barrier inside.
 #[inline(always)]
 unsafe fn exact_of_entry<const TH: u32>(
     ix: &IndexView,

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cargo build --release -p xtask
 tmp=$(mktemp -d)
 cp target/release/xtask "$tmp/xtask"
-cargo test --release -p octex-tests --test gpu --test gpu_build --no-run --message-format=json 2>/dev/null \
+cargo test --release -p octex-tests --test gpu --test gpu_build --test gpu_multi --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys
 for line in sys.stdin:

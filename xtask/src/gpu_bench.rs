@@ -348,6 +348,8 @@ pub fn run(
         rayon::current_num_threads()
     );
 
+    let scaling = multi_gpu_scaling(index, &streamed, 10, &p, repeats)?;
+
     // Exact brute force on the same GPU.
     let (mut base, bdim) = data::read_vectors(&ds.base())?;
     let mut qs = queries[..batch * dim].to_vec();
@@ -468,6 +470,7 @@ pub fn run(
         "phases_ms": times,
         "kernel_phases": phase_rows,
         "cpu_gpu_parity": {"params": p, "recall_cpu": rc, "recall_gpu": rg, "shared_top10": same_sets},
+        "multi_gpu": scaling,
         "peer_builds": peer_builds,
         "summary": summary,
     });
@@ -483,4 +486,45 @@ pub fn run(
         Err(e) => tracing::warn!("no plot ({e}); redraw with `cargo xtask plot`"),
     }
     Ok(())
+}
+
+/// End-to-end QPS of `queries` at `p` on the first GPU and on every GPU of
+/// the machine (one replica each, [`octex_search::MultiGpuSearcher`]), and
+/// the scaling efficiency (QPS on G over G times QPS on one); `null` on a
+/// machine of one GPU.
+fn multi_gpu_scaling(
+    index: &Index,
+    queries: &[f32],
+    k: usize,
+    p: &SearchParams,
+    repeats: usize,
+) -> Result<Value> {
+    let devices = octex_kernels::device_count();
+    if devices < 2 {
+        println!("multi-GPU scaling: not measured (this machine has {devices} GPU)");
+        return Ok(Value::Null);
+    }
+    let nq = queries.len() / index.dim();
+    let opts = crate::search_cmd::gpu_options(nq.div_ceil(devices).min(10_000));
+    let mut qps = Vec::new();
+    for g in [1, devices] {
+        let all: Vec<usize> = (0..g).collect();
+        let mut multi = index.multi_gpu(&all, &opts)?;
+        multi.search(queries, k, p)?;
+        let mut wall = Vec::new();
+        for _ in 0..repeats.max(1) {
+            let t = Instant::now();
+            multi.search(queries, k, p)?;
+            wall.push(t.elapsed().as_secs_f64());
+        }
+        qps.push(nq as f64 / median(wall));
+    }
+    let efficiency = qps[1] / (devices as f64 * qps[0]);
+    println!(
+        "multi-GPU scaling at {p:?}, {nq} queries end to end: 1 GPU {:.0} QPS, {devices} GPUs {:.0} QPS, efficiency {efficiency:.2}",
+        qps[0], qps[1]
+    );
+    Ok(
+        json!({"params": p, "queries": nq, "gpus": devices, "qps_one": qps[0], "qps_all": qps[1], "efficiency": efficiency}),
+    )
 }

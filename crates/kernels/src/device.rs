@@ -34,6 +34,14 @@ pub fn driver_available() -> bool {
     std::panic::catch_unwind(|| CudaContext::device_count().unwrap_or(0) > 0).unwrap_or(false)
 }
 
+/// CUDA devices the driver reports (0 without a driver).
+pub fn device_count() -> usize {
+    if !driver_available() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
 /// cuBLAS workspace (fixed, so products can be captured in graphs).
 const BLAS_WORKSPACE: usize = 32 << 20;
 

@@ -52,8 +52,8 @@ pub mod sort;
 pub use brute::GpuBruteForce;
 pub use builder::BuilderKernels;
 pub use device::{
-    bounded_ptx, device_address, driver_available, total_memory, with_launch_bounds, DeviceLimits,
-    Gpu,
+    bounded_ptx, device_address, device_count, driver_available, total_memory, with_launch_bounds,
+    DeviceLimits, Gpu,
 };
 pub use ivf::IvfKernels;
 pub use octex_core::layout;

@@ -46,11 +46,13 @@ mod device_index;
 mod launch_plan;
 #[cfg(test)]
 mod launch_table;
+mod multi;
 mod pipeline;
 mod profile;
 use batch::bind;
 use device_index::DeviceIndex;
 use launch_plan::GpuLaunchPlan;
+pub use multi::MultiGpuSearcher;
 use pipeline::Slot;
 
 /// Device time of the phases of one batch (CUDA events), in milliseconds.

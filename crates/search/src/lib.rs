@@ -71,7 +71,7 @@ pub use cpu::SingleQuerySearcher;
 pub use engine::SearchStats;
 pub use filter::IdFilter;
 #[cfg(feature = "gpu")]
-pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher};
+pub use gpu::{GpuError, GpuPhaseTimes, GpuSearcher, MultiGpuSearcher};
 pub use handle::{ParamsFrom, SharedIndex};
 pub use index::Index;
 pub use octex_index::Index as RawIndex;
@@ -191,6 +191,8 @@ pub enum SearchError {
     FilterLength { got: usize, n: usize },
     #[error("filtered search runs on the CPU backend only (the GPU kernels take no filter yet)")]
     FilterOnGpu,
+    #[error("a search over several GPUs needs at least one device")]
+    NoDevices,
     #[error("{what} must be positive")]
     NotPositive { what: &'static str },
     #[error("recall target {target} is not in (0, 1]")]

@@ -1,0 +1,108 @@
+//! Every GPU of a server, each holding the whole index: the replicated
+//! layout, which the placement planner chooses whenever the index fits one
+//! GPU (`octex_placement`). Each device answers a contiguous share of every
+//! batch (proportional to none but the count: the devices are alike), on its
+//! own host thread, through its own [`GpuSearcher`]; the shares' results are
+//! joined in query order. Per query the work is the single-GPU search's, so
+//! the results are the single-GPU results.
+//!
+//! The same ordinal may be named more than once: each entry is then a
+//! logical device (its own streams, kernels, buffers and copy of the index
+//! on one card), which is how the layout is tested on a machine of one GPU.
+
+use super::GpuSearcher;
+use crate::{GpuOptions, Index, SearchError, SearchParams, SearchResults, SearchStats};
+
+/// Searches an [`Index`] on several GPUs, one replica of the index on each.
+/// Create with [`Index::multi_gpu`].
+pub struct MultiGpuSearcher {
+    searchers: Vec<GpuSearcher>,
+}
+
+impl Index {
+    /// Copy this index to every GPU of `devices` (CUDA ordinals; an ordinal
+    /// named twice is two logical devices on one card) and return a searcher
+    /// that splits each batch over them. `opts.device` is ignored; the other
+    /// options apply to every device. An empty `devices` is
+    /// [`SearchError::NoDevices`]; an index that does not fit one device
+    /// fails as [`Index::gpu`] does.
+    pub fn multi_gpu(
+        &self,
+        devices: &[usize],
+        opts: &GpuOptions,
+    ) -> Result<MultiGpuSearcher, SearchError> {
+        if devices.is_empty() {
+            return Err(SearchError::NoDevices);
+        }
+        let searchers = devices
+            .iter()
+            .map(|&device| self.gpu(&GpuOptions { device, ..*opts }))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MultiGpuSearcher { searchers })
+    }
+}
+
+impl MultiGpuSearcher {
+    /// The devices, in words, in the order they take shares of a batch.
+    pub fn devices(&self) -> Vec<String> {
+        self.searchers.iter().map(|s| s.device()).collect()
+    }
+
+    /// How many (logical) devices search.
+    pub fn len(&self) -> usize {
+        self.searchers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.searchers.is_empty()
+    }
+
+    /// Bytes of index data on each device.
+    pub fn index_bytes(&self) -> u64 {
+        self.searchers.first().map_or(0, |s| s.index_bytes())
+    }
+
+    /// Search a batch (`nq x dim`, row-major) for the `k` nearest of each
+    /// query: the contract and results of [`GpuSearcher::search`]. Device
+    /// `i` of `G` answers queries `i * ceil(nq / G) ..`; a batch of fewer
+    /// queries than devices leaves the last ones idle.
+    pub fn search(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        let index = self.searchers[0].index();
+        let dim = index.dim();
+        let nq = index.check(queries, k, p, dim)?;
+        let share = nq.div_ceil(self.searchers.len());
+        let parts: Vec<Result<SearchResults, SearchError>> = std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .searchers
+                .iter_mut()
+                .zip(queries.chunks(share * dim))
+                .map(|(searcher, part)| scope.spawn(move || searcher.search(part, k, p)))
+                .collect();
+            running
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        let mut joined = SearchResults {
+            k,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            stats: SearchStats::default(),
+        };
+        for part in parts {
+            let part = part?;
+            joined.ids.extend_from_slice(&part.ids);
+            joined.distances.extend_from_slice(&part.distances);
+            joined.stats.add(&part.stats);
+        }
+        Ok(joined)
+    }
+}

@@ -4,7 +4,7 @@
 //! Skips where there is no CUDA driver, as the other GPU tests do.
 
 use octex_index::Metric;
-use octex_search::{GpuOptions, Index, SearchError, SearchParams};
+use octex_search::{Backend, GpuOptions, Index, Queries, SearchError, SearchParams, SharedIndex};
 use octex_tests::{brute_force, clustered, gpu_or_skip, recall, test_params};
 
 /// Exact products, so that batches of any size agree id for id (see the GPU
@@ -74,6 +74,24 @@ fn logical_devices_return_the_single_gpu_results() {
         index.multi_gpu(&[], &exact_products()),
         Err(SearchError::NoDevices)
     ));
+
+    // What the bindings open: every GPU the driver shows, default options.
+    let shared = SharedIndex::new(index.clone());
+    let p = SearchParams::default();
+    let batch = Queries::new(&queries, dim).unwrap();
+    let from_shared = shared.search(batch, 10, &p, Backend::Gpu).unwrap();
+    let mut one = index.gpu(&GpuOptions::default()).unwrap();
+    let from_one = one.search(&queries, 10, &p).unwrap();
+    if octex_kernels::device_count() == 1 {
+        assert_eq!(from_shared.ids, from_one.ids);
+    } else {
+        // TF32 products may round batches of other sizes differently.
+        let (a, b) = (
+            recall(&from_shared.ids, &truth, 10),
+            recall(&from_one.ids, &truth, 10),
+        );
+        assert!((a - b).abs() < 0.005, "every GPU {a}, one {b}");
+    }
 
     // Every real device of the machine, where it has several.
     drop(gpu);

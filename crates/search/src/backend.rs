@@ -164,6 +164,9 @@ pub enum BackendSearcher {
     Cpu(Index),
     #[cfg(feature = "gpu")]
     Gpu(Box<GpuSearcher>),
+    /// One replica on each of several GPUs ([`crate::MultiGpuSearcher`]).
+    #[cfg(feature = "gpu")]
+    Gpus(Box<crate::MultiGpuSearcher>),
 }
 
 impl Index {
@@ -183,6 +186,21 @@ impl Index {
             }
         }
     }
+
+    /// [`Index::open_on`], where the GPU backend takes every GPU the driver
+    /// shows (one replica each, [`Index::every_gpu`]) when there are
+    /// several: what the bindings open.
+    pub fn open_on_every_gpu(
+        &self,
+        backend: Backend,
+        gpu: &GpuOptions,
+    ) -> Result<BackendSearcher, SearchError> {
+        #[cfg(feature = "gpu")]
+        if backend.resolve()? == Backend::Gpu && octex_kernels::device_count() > 1 {
+            return Ok(BackendSearcher::Gpus(Box::new(self.every_gpu(gpu)?)));
+        }
+        self.open_on(backend, gpu)
+    }
 }
 
 impl BackendSearcher {
@@ -191,7 +209,7 @@ impl BackendSearcher {
         match self {
             BackendSearcher::Cpu(_) => Backend::Cpu,
             #[cfg(feature = "gpu")]
-            BackendSearcher::Gpu(_) => Backend::Gpu,
+            BackendSearcher::Gpu(_) | BackendSearcher::Gpus(_) => Backend::Gpu,
         }
     }
 
@@ -201,6 +219,8 @@ impl BackendSearcher {
             BackendSearcher::Cpu(_) => format!("CPU, {} threads", rayon::current_num_threads()),
             #[cfg(feature = "gpu")]
             BackendSearcher::Gpu(g) => g.device(),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpus(g) => g.devices().join(" + "),
         }
     }
 
@@ -215,6 +235,8 @@ impl BackendSearcher {
             BackendSearcher::Cpu(ix) => ix.search(queries, k, p),
             #[cfg(feature = "gpu")]
             BackendSearcher::Gpu(g) => g.search(queries, k, p),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpus(g) => g.search(queries, k, p),
         }
     }
 
@@ -230,6 +252,8 @@ impl BackendSearcher {
             BackendSearcher::Cpu(ix) => ix.dim(),
             #[cfg(feature = "gpu")]
             BackendSearcher::Gpu(g) => g.index().dim(),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpus(g) => g.searchers()[0].index().dim(),
         };
         self.search(queries.with_dim(dim)?, k, p)
     }
@@ -246,6 +270,8 @@ impl BackendSearcher {
             BackendSearcher::Cpu(ix) => ix.search_stored(queries, k, p),
             #[cfg(feature = "gpu")]
             BackendSearcher::Gpu(g) => g.search_stored(queries, k, p),
+            #[cfg(feature = "gpu")]
+            BackendSearcher::Gpus(g) => g.search_stored(queries, k, p),
         }
     }
 }

@@ -105,13 +105,17 @@ impl SharedIndex {
         self.index.search_filtered(queries, k, p, filter)
     }
 
-    /// Run `f` on the GPU searcher, opening it (on device 0) if it is not
+    /// Run `f` on the GPU searcher, opening it (on every GPU the driver
+    /// shows, one replica each, [`Index::open_on_every_gpu`]) if it is not
     /// open yet.
     pub fn with_gpu<R>(&self, f: impl FnOnce(&mut BackendSearcher) -> R) -> Result<R, SearchError> {
         let mut slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
         let searcher = match &mut *slot {
             Some(s) => s,
-            empty => empty.insert(self.index.open_on(Backend::Gpu, &GpuOptions::default())?),
+            empty => empty.insert(
+                self.index
+                    .open_on_every_gpu(Backend::Gpu, &GpuOptions::default())?,
+            ),
         };
         Ok(f(searcher))
     }
@@ -126,10 +130,13 @@ impl SharedIndex {
         f: impl FnOnce(&octex_kernels::Gpu) -> R,
     ) -> Result<R, SearchError> {
         let slot = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(BackendSearcher::Gpu(s)) = &*slot {
-            if s.gpu().context().ordinal() == ordinal {
-                return Ok(f(s.gpu()));
-            }
+        let open: &[crate::GpuSearcher] = match &*slot {
+            Some(BackendSearcher::Gpu(s)) => std::slice::from_ref(&**s),
+            Some(BackendSearcher::Gpus(m)) => m.searchers(),
+            _ => &[],
+        };
+        if let Some(s) = open.iter().find(|s| s.gpu().context().ordinal() == ordinal) {
+            return Ok(f(s.gpu()));
         }
         drop(slot);
         let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());

@@ -40,6 +40,16 @@ impl Index {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(MultiGpuSearcher { searchers })
     }
+
+    /// This index on every GPU the driver shows (`CUDA_VISIBLE_DEVICES`
+    /// chooses them), one replica each; `opts.device` is ignored.
+    pub fn every_gpu(&self, opts: &GpuOptions) -> Result<MultiGpuSearcher, SearchError> {
+        let all: Vec<usize> = (0..octex_kernels::device_count()).collect();
+        if all.is_empty() {
+            return Err(SearchError::Gpu(super::GpuError::NoDriver));
+        }
+        self.multi_gpu(&all, opts)
+    }
 }
 
 impl MultiGpuSearcher {
@@ -72,8 +82,37 @@ impl MultiGpuSearcher {
         k: usize,
         p: &SearchParams,
     ) -> Result<SearchResults, SearchError> {
+        self.search_inner(queries, k, p, false)
+    }
+
+    /// [`GpuSearcher::search_stored`] over every device.
+    pub fn search_stored(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+    ) -> Result<SearchResults, SearchError> {
+        self.search_inner(queries, k, p, true)
+    }
+
+    /// The searchers, one a device, in the order they take shares.
+    pub fn searchers(&self) -> &[GpuSearcher] {
+        &self.searchers
+    }
+
+    fn search_inner(
+        &mut self,
+        queries: &[f32],
+        k: usize,
+        p: &SearchParams,
+        stored_space: bool,
+    ) -> Result<SearchResults, SearchError> {
         let index = self.searchers[0].index();
-        let dim = index.dim();
+        let dim = if stored_space {
+            index.raw.stored_dim()
+        } else {
+            index.dim()
+        };
         let nq = index.check(queries, k, p, dim)?;
         let share = nq.div_ceil(self.searchers.len());
         let parts: Vec<Result<SearchResults, SearchError>> = std::thread::scope(|scope| {
@@ -81,7 +120,12 @@ impl MultiGpuSearcher {
                 .searchers
                 .iter_mut()
                 .zip(queries.chunks(share * dim))
-                .map(|(searcher, part)| scope.spawn(move || searcher.search(part, k, p)))
+                .map(|(searcher, part)| {
+                    scope.spawn(move || match stored_space {
+                        true => searcher.search_stored(part, k, p),
+                        false => searcher.search(part, k, p),
+                    })
+                })
                 .collect();
             running
                 .into_iter()

@@ -460,7 +460,8 @@ unsafe fn wave_search_body<const SPILLED: bool, const TH: u32, const POW2: bool>
                 );
             }
             nbest = sort_and_trim::<TH>(buf, count, bt.keep);
-            if measured || nbest == 0 {
+            // No far distance (inner product): the nearest cannot decide.
+            if measured || nbest == 0 || ix.far_seed_distance == f32::INFINITY {
                 break;
             }
             measured = true;

@@ -79,11 +79,7 @@ impl Index {
         stored_space: bool,
         filter: Option<&IdFilter>,
     ) -> Result<SearchResults, SearchError> {
-        let qdim = if stored_space {
-            self.raw.stored_dim()
-        } else {
-            self.dim()
-        };
+        let qdim = self.query_dim(stored_space);
         let nq = self.check(queries, k, p, qdim)?;
         let plan = SearchPlan::new(self.raw.header(), p, k)?;
         let filtered = filter.map(|f| (f, self.filtered_plan(&plan, f)));

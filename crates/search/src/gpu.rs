@@ -326,12 +326,7 @@ impl GpuSearcher {
         stored_space: bool,
     ) -> Result<(usize, SearchPlan), SearchError> {
         let index = &self.index;
-        let qdim = if stored_space {
-            index.raw.stored_dim()
-        } else {
-            index.dim()
-        };
-        let nq = index.check(queries, k, p, qdim)?;
+        let nq = index.check(queries, k, p, index.query_dim(stored_space))?;
         Ok((nq, SearchPlan::new(index.raw.header(), p, k)?))
     }
 }

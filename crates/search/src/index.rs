@@ -102,6 +102,16 @@ impl Index {
             .map_or_else(SearchParams::default, SearchParams::from)
     }
 
+    /// The row length of a query batch: the user's dimension, or the stored
+    /// space's (normalised or augmented vectors, the builder's passes).
+    pub(crate) fn query_dim(&self, stored_space: bool) -> usize {
+        if stored_space {
+            self.raw.stored_dim()
+        } else {
+            self.dim()
+        }
+    }
+
     pub(crate) fn check(
         &self,
         queries: &[f32],
@@ -156,11 +166,7 @@ impl Index {
         norms: &mut Vec<f32>,
         stored_space: bool,
     ) -> Result<(), SearchError> {
-        let qdim = if stored_space {
-            self.raw.stored_dim()
-        } else {
-            self.dim()
-        };
+        let qdim = self.query_dim(stored_space);
         let n = queries.len() / qdim.max(1);
         out.resize(n * self.raw.stored_dim(), 0.0);
         norms.resize(n, 0.0);

@@ -108,11 +108,7 @@ impl MultiGpuSearcher {
         stored_space: bool,
     ) -> Result<SearchResults, SearchError> {
         let index = self.searchers[0].index();
-        let dim = if stored_space {
-            index.raw.stored_dim()
-        } else {
-            index.dim()
-        };
+        let dim = index.query_dim(stored_space);
         let nq = index.check(queries, k, p, dim)?;
         let share = nq.div_ceil(self.searchers.len());
         let parts: Vec<Result<SearchResults, SearchError>> = std::thread::scope(|scope| {

@@ -48,6 +48,8 @@
 mod backend;
 mod cpu;
 mod engine;
+#[cfg(any(feature = "gpu", test))]
+mod fan_out;
 mod filter;
 #[cfg(feature = "gpu")]
 pub mod gpu;

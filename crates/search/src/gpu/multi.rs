@@ -1,17 +1,16 @@
 //! Every GPU of a server, each holding the whole index: the replicated
 //! layout, which the placement planner chooses whenever the index fits one
 //! GPU (`octex_placement`). Each device answers a contiguous share of every
-//! batch (proportional to none but the count: the devices are alike), on its
-//! own host thread, through its own [`GpuSearcher`]; the shares' results are
-//! joined in query order. Per query the work is the single-GPU search's, so
-//! the results are the single-GPU results.
+//! batch through its own [`GpuSearcher`] (`crate::fan_out`: one host thread
+//! a device, results joined in query order). Per query the work is the
+//! single-GPU search's, so the results are the single-GPU results.
 //!
 //! The same ordinal may be named more than once: each entry is then a
 //! logical device (its own streams, kernels, buffers and copy of the index
 //! on one card), which is how the layout is tested on a machine of one GPU.
 
 use super::GpuSearcher;
-use crate::{GpuOptions, Index, SearchError, SearchParams, SearchResults, SearchStats};
+use crate::{GpuOptions, Index, SearchError, SearchParams, SearchResults};
 
 /// Searches an [`Index`] on several GPUs, one replica of the index on each.
 /// Create with [`Index::multi_gpu`].
@@ -109,40 +108,12 @@ impl MultiGpuSearcher {
     ) -> Result<SearchResults, SearchError> {
         let index = self.searchers[0].index();
         let dim = index.query_dim(stored_space);
-        let nq = index.check(queries, k, p, dim)?;
-        let share = nq.div_ceil(self.searchers.len());
-        let parts: Vec<Result<SearchResults, SearchError>> = std::thread::scope(|scope| {
-            let running: Vec<_> = self
-                .searchers
-                .iter_mut()
-                .zip(queries.chunks(share * dim))
-                .map(|(searcher, part)| {
-                    scope.spawn(move || match stored_space {
-                        true => searcher.search_stored(part, k, p),
-                        false => searcher.search(part, k, p),
-                    })
-                })
-                .collect();
-            running
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
-        let mut joined = SearchResults {
-            k,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            stats: SearchStats::default(),
-        };
-        for part in parts {
-            let part = part?;
-            joined.ids.extend_from_slice(&part.ids);
-            joined.distances.extend_from_slice(&part.distances);
-            joined.stats.add(&part.stats);
-        }
-        Ok(joined)
+        index.check(queries, k, p, dim)?;
+        crate::fan_out::fan_out(&mut self.searchers, queries, dim, k, |searcher, part| {
+            match stored_space {
+                true => searcher.search_stored(part, k, p),
+                false => searcher.search(part, k, p),
+            }
+        })
     }
 }

@@ -33,9 +33,8 @@ pub fn seed_count(n: usize) -> usize {
 /// whose appended 0 puts it outside the augmented data) can find no stored
 /// fragment in any copy; without seeds its waves would have no start points and
 /// it would return nothing. Seeds in every cluster reach the parts of the data
-/// the neighbour graph does not join: on clusters of very uneven size, queries
-/// of clusters of 0.2% of the data missed all ten neighbours with uniform
-/// seeds alone (docs/RESULTS.md, "Decisions"). Costs nothing for queries whose
+/// the neighbour graph does not join, small clusters included (docs/RESULTS.md,
+/// "Decisions"). Costs nothing for queries whose
 /// first round finds at least `S` ids.
 pub fn entry_points(index: &Index) -> Vec<u32> {
     let n = index.len() as u64;

@@ -82,7 +82,7 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
         "ground truth holds {gk} neighbours per query, codes needs 10"
     );
     let nq = args.queries.min(raw_q.len() / dim);
-    let (base, sdim, _) = octex_build::prepare(&raw_base, dim, metric)?;
+    let (base, sdim, max_norm) = octex_build::prepare(&raw_base, dim, metric)?;
     let base = base.into_owned();
     drop(raw_base);
     let n = base.len() / sdim;
@@ -90,7 +90,7 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
     for (q, out) in raw_q.chunks_exact(dim).zip(queries.chunks_exact_mut(sdim)) {
         let norm2 = octex_index::Metric::squared_norm(q);
         metric
-            .prepare_query(q, norm2, out)
+            .prepare_query(q, norm2, (max_norm as f64).powi(2), out)
             .map_err(|p| anyhow::anyhow!("query: {p:?}"))?;
     }
     println!(

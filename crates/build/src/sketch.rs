@@ -3,11 +3,12 @@
 //!
 //! Decision: a coordinate's scale is its 99.95th percentile of `|value|` on the
 //! PCA sample divided by 127 (values beyond saturate), so a rare outlier does not
-//! coarsen the grid of every other vector.
+//! coarsen the grid of every other vector. Inner product takes the largest
+//! `|value|` of all vectors instead ([`max_scales`]): its answers are the
+//! data's extremes, which a saturated grid cannot rank.
 
 use rayon::prelude::*;
 
-/// Scales for `coords` (`rows x w`).
 /// Share of the data's variance that a sketch chosen from the data holds
 /// ([`width_for_spectrum`]).
 pub const AUTO_VARIANCE: f64 = 0.90;
@@ -66,6 +67,8 @@ pub fn width_for_ranking(prefix_recall: &[(usize, f64)], target: f64) -> usize {
     w.div_ceil(16).max(1) * 16
 }
 
+/// Scales for `coords` (`rows x w`): each coordinate's 99.95th percentile of
+/// `|value|` over 127.
 pub fn fit_scales(coords: &[f32], w: usize) -> Vec<f32> {
     let rows = coords.len() / w;
     (0..w)
@@ -76,6 +79,40 @@ pub fn fit_scales(coords: &[f32], w: usize) -> Vec<f32> {
             }
             let q = ((col.len() as f64 * 0.9995) as usize).min(col.len() - 1);
             let v = *col.select_nth_unstable_by(q, f32::total_cmp).1;
+            if v > 0.0 && v.is_finite() {
+                v / 127.0
+            } else {
+                1.0
+            }
+        })
+        .collect()
+}
+
+/// Scales that saturate no row: each coordinate's largest `|value|` over the
+/// `rows` (each `w` coordinates, as `row(r)` yields them) over 127 (1 where
+/// all are zero).
+pub fn max_scales<I>(rows: usize, w: usize, row: impl Fn(usize) -> I + Sync) -> Vec<f32>
+where
+    I: Iterator<Item = f32>,
+{
+    let largest = (0..rows)
+        .into_par_iter()
+        .fold(
+            || vec![0f32; w],
+            |mut mx, r| {
+                for (m, v) in mx.iter_mut().zip(row(r)) {
+                    *m = m.max(v.abs());
+                }
+                mx
+            },
+        )
+        .reduce(
+            || vec![0f32; w],
+            |a, b| a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect(),
+        );
+    largest
+        .into_iter()
+        .map(|v| {
             if v > 0.0 && v.is_finite() {
                 v / 127.0
             } else {

@@ -197,7 +197,11 @@ pub(crate) fn structure(
         let pcs_ref: &[f32] = &pcs;
         let row = move |r: usize| (0..w).map(move |j| if j < m { pcs_ref[r * m + j] } else { 0.0 });
         let sampled: Vec<f32> = sample.iter().flat_map(|&r| row(r)).collect();
-        let scales = sketch::fit_scales(&sampled, w);
+        let inner_product = metric == Metric::InnerProduct;
+        let scales = match inner_product {
+            true => sketch::max_scales(n, w, row),
+            false => sketch::fit_scales(&sampled, w),
+        };
         let choice = sketch_centres::choose(&sampled, w, &scales, p.seed, p.sketch_centres);
         tracing::info!(
             plain = choice.plain_recall,

@@ -174,18 +174,27 @@ impl Metric {
 
     /// Write query `q` into `out` (`stored_dim` values, zeros past what the
     /// metric writes): as it is (L2), times
-    /// the inverse of its norm (cosine), or with `0` appended (inner
-    /// product). `norm2` is [`Metric::squared_norm`] of `q`.
+    /// the inverse of its norm (cosine), or scaled to norm `M` with `0`
+    /// appended (inner product, [`Metric::query_scale`]; `max_norm2` is
+    /// `M^2`). `norm2` is [`Metric::squared_norm`] of `q`.
     pub fn prepare_query(
         self,
         q: &[f32],
         norm2: f64,
+        max_norm2: f64,
         out: &mut [f32],
     ) -> Result<(), VectorProblem> {
         self.check_norm(norm2)?;
         let own = match self {
-            Metric::L2 | Metric::InnerProduct => {
+            Metric::L2 => {
                 out[..q.len()].copy_from_slice(q);
+                q.len()
+            }
+            Metric::InnerProduct => {
+                let t = Metric::query_scale(norm2, max_norm2);
+                out.iter_mut()
+                    .zip(q)
+                    .for_each(|(o, &v)| *o = (v as f64 * t) as f32);
                 q.len()
             }
             Metric::Cosine => {
@@ -201,10 +210,28 @@ impl Metric {
         Ok(())
     }
 
-    /// The metric's distance from a stored-space squared L2 distance `d`:
-    /// `d` (L2), `1 - cos = d / 2` (cosine), `-<q, x> = (d - |q|^2 - M^2) / 2`
-    /// (inner product; `query_norm2 = |q|^2`, `max_norm = M`). Infinite `d`
-    /// (a missing result) stays as it is.
+    /// The factor `t` an inner-product query is scaled by in the stored
+    /// space: `M / |q|`, which puts it on the sphere of radius `M` that holds
+    /// every stored vector (1 where `q` or `M` is zero). Ranking by
+    /// `|t q - x'|^2 = t^2 |q|^2 + M^2 - 2 t <q, x>` is ranking by `<q, x>`
+    /// for any `t > 0`; at `|t q| = M` the query lies among the vectors of
+    /// largest norm, the inner product's usual answers, instead of outside
+    /// all of the data, so its lattice fragments and sketch codes are those
+    /// of its answers.
+    pub fn query_scale(norm2: f64, max_norm2: f64) -> f64 {
+        if norm2 > 0.0 && max_norm2 > 0.0 && norm2.is_finite() {
+            (max_norm2 / norm2).sqrt()
+        } else {
+            1.0
+        }
+    }
+
+    /// The metric's distance from a stored-space squared L2 distance `d` of
+    /// a query prepared by [`Metric::prepare_query`]: `d` (L2),
+    /// `1 - cos = d / 2` (cosine), `-<q, x> = (d - t^2 |q|^2 - M^2) / 2t`
+    /// (inner product; `query_norm2 = |q|^2`, `max_norm = M`, `t` its
+    /// [`Metric::query_scale`]). Infinite `d` (a missing result) stays as it
+    /// is.
     pub fn user_distance(self, d: f32, query_norm2: f32, max_norm: f32) -> f32 {
         if !d.is_finite() {
             return d;
@@ -212,7 +239,11 @@ impl Metric {
         match self {
             Metric::L2 => d,
             Metric::Cosine => d * 0.5,
-            Metric::InnerProduct => 0.5 * (d - query_norm2 - max_norm * max_norm),
+            Metric::InnerProduct => {
+                let (n2, m2) = (query_norm2 as f64, max_norm as f64 * max_norm as f64);
+                let t = Metric::query_scale(n2, m2);
+                (0.5 * (d as f64 - t * t * n2 - m2) / t) as f32
+            }
         }
     }
 }
@@ -462,8 +493,16 @@ mod tests {
             let max2 = 2.0 * xn; // any M^2 >= |x|^2
             let (mut xs, mut qs) = (vec![0f32; sd], vec![0f32; sd]);
             metric.prepare_base(&x, xn, max2, &mut xs).unwrap();
-            metric.prepare_query(&q, qn, &mut qs).unwrap();
+            metric.prepare_query(&q, qn, max2, &mut qs).unwrap();
             let got = metric.user_distance(sq_dist(&xs, &qs), qn as f32, max2.sqrt() as f32);
+            if metric == Metric::InnerProduct {
+                // Scaled onto the stored vectors' sphere of radius M.
+                let stored_norm2 = Metric::squared_norm(&qs);
+                assert!(
+                    (stored_norm2 - max2).abs() < 1e-4 * max2,
+                    "{stored_norm2} vs {max2}"
+                );
+            }
             let want = match metric {
                 Metric::L2 => sq_dist(&x, &q),
                 Metric::Cosine => 1.0 - dot / (xn.sqrt() * qn.sqrt()) as f32,
@@ -477,13 +516,20 @@ mod tests {
         }
         let mut out = [0f32; 3];
         assert_eq!(
-            Metric::Cosine.prepare_query(&[0.0; 3], 0.0, &mut out),
+            Metric::Cosine.prepare_query(&[0.0; 3], 0.0, 1.0, &mut out),
             Err(VectorProblem::ZeroNorm)
         );
         assert_eq!(
             Metric::Cosine.prepare_base(&[0.0; 3], 0.0, 0.0, &mut out),
             Err(VectorProblem::ZeroNorm)
         );
+        // A zero inner-product query is not scaled: every distance is 0.
+        let mut zs = [1f32; 4];
+        Metric::InnerProduct
+            .prepare_query(&[0.0; 3], 0.0, 4.0, &mut zs)
+            .unwrap();
+        assert_eq!(zs, [0.0; 4]);
+        assert_eq!(Metric::InnerProduct.user_distance(4.0, 0.0, 2.0), 0.0);
     }
 
     /// Data of fewer than eight dimensions is stored padded with zeros to
@@ -502,7 +548,7 @@ mod tests {
             let n2 = Metric::squared_norm(&x);
             let (mut xs, mut qs) = (vec![7.0f32; 8], vec![-7.0f32; 8]);
             metric.prepare_base(&x, n2, 2.0 * n2, &mut xs).unwrap();
-            metric.prepare_query(&x, n2, &mut qs).unwrap();
+            metric.prepare_query(&x, n2, 2.0 * n2, &mut qs).unwrap();
             assert!(xs[own..].iter().all(|&v| v == 0.0), "{metric}: {xs:?}");
             assert!(qs[2..].iter().all(|&v| v == 0.0), "{metric}: {qs:?}");
         }
@@ -518,7 +564,7 @@ mod tests {
             let q = [3.0 * scale, 0.0, -4.0 * scale];
             let n2 = Metric::squared_norm(&q);
             assert!(n2.is_finite() && n2 > 0.0, "{scale}");
-            Metric::Cosine.prepare_query(&q, n2, &mut out).unwrap();
+            Metric::Cosine.prepare_query(&q, n2, 1.0, &mut out).unwrap();
             assert!(
                 (out[0] - 0.6).abs() < 1e-6 && (out[2] + 0.8).abs() < 1e-6,
                 "{out:?}"
@@ -529,13 +575,13 @@ mod tests {
         for m in [Metric::L2, Metric::InnerProduct] {
             let mut o = vec![0f32; m.stored_dim(3)];
             assert!(matches!(
-                m.prepare_query(&big, n2, &mut o),
+                m.prepare_query(&big, n2, 1.0, &mut o),
                 Err(VectorProblem::TooLarge { .. })
             ));
         }
         let fine = [1e14f32, 0.0, 0.0];
         Metric::L2
-            .prepare_query(&fine, Metric::squared_norm(&fine), &mut out)
+            .prepare_query(&fine, Metric::squared_norm(&fine), 1.0, &mut out)
             .unwrap();
     }
 }

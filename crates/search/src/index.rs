@@ -188,6 +188,7 @@ impl Index {
             .chunks_exact(qdim)
             .zip(out.chunks_exact_mut(sdim))
             .zip(norms.iter_mut());
+        let max_norm = self.raw.header().max_norm as f64;
         for (qi, ((q, o), norm)) in rows.enumerate() {
             let n2 = Metric::squared_norm(q);
             // Bounded below MAX_SQUARED_NORM where the metric reads it (inner
@@ -198,7 +199,7 @@ impl Index {
                 continue;
             }
             self.metric()
-                .prepare_query(q, n2, o)
+                .prepare_query(q, n2, max_norm * max_norm, o)
                 .map_err(|problem| match problem {
                     VectorProblem::ZeroNorm => SearchError::ZeroQuery { query: qi },
                     VectorProblem::TooLarge { norm2 } => {

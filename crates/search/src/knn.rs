@@ -565,7 +565,7 @@ pub fn ground_truth(
 pub fn cosine_normalised(v: &[f32], dim: usize) -> Result<Vec<f32>, VectorProblem> {
     let mut out = vec![0f32; v.len()];
     for (o, x) in out.chunks_exact_mut(dim).zip(v.chunks_exact(dim)) {
-        Metric::Cosine.prepare_query(x, Metric::squared_norm(x), o)?;
+        Metric::Cosine.prepare_query(x, Metric::squared_norm(x), 1.0, o)?;
     }
     Ok(out)
 }

@@ -483,11 +483,9 @@ impl Index {
             &|_| {},
         );
         let metric = self.metric();
-        let moved = if metric == Metric::InnerProduct {
-            sdim - 1
-        } else {
-            sdim
-        };
+        // The input's coordinates: not inner product's appended one, nor the
+        // padding of data under eight dimensions.
+        let moved = self.dim();
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         let mut normal = move || {
             // Box-Muller on two xorshift draws.
@@ -500,19 +498,18 @@ impl Index {
             let (u, v) = (draw(), draw());
             ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
         };
+        let max_norm2 = (self.raw.header().max_norm as f64).powi(2);
         let mut queries = own;
         for (q, &d2) in queries.chunks_exact_mut(sdim).zip(&nearest) {
             let step = d2.max(0.0).sqrt() / (moved as f32).sqrt();
             q[..moved].iter_mut().for_each(|x| *x += step * normal());
-            match metric {
-                Metric::InnerProduct => q[sdim - 1] = 0.0,
-                Metric::Cosine => {
-                    // Normalised as the index stores it (a zero vector, which
-                    // a moved unit vector cannot be, would stay as it is).
-                    let moved_q = q.to_vec();
-                    let _ = metric.prepare_query(&moved_q, Metric::squared_norm(&moved_q), q);
-                }
-                Metric::L2 => {}
+            if metric != Metric::L2 {
+                // Prepared as a query of the caller's would be: normalised
+                // (cosine), scaled with 0 appended (inner product). A zero
+                // vector, which a moved one cannot be, would stay as it is.
+                let input = q[..moved].to_vec();
+                let n2 = Metric::squared_norm(&input);
+                let _ = metric.prepare_query(&input, n2, max_norm2, q);
             }
         }
         self.split_sample(&queries, k)

@@ -24,7 +24,7 @@ fn queries_far_from_their_answers_reach_high_recall_at_the_defaults() {
     }
     let mut queries: Vec<f32> = (0..nq * DIM).map(|_| uniform()).collect();
     for q in queries.chunks_exact_mut(DIM) {
-        q[0] = 10.0 * q[0];
+        q[0] *= 10.0;
     }
     let built = build(&base, DIM, Metric::InnerProduct, &test_params()).unwrap();
     let index = Index::new(built.index);

@@ -29,9 +29,9 @@ pub fn seed_count(n: usize) -> usize {
 /// member of each sketch centre nearest to it (its residual code the
 /// smallest), then ids spread uniformly over the index (a multiplicative-hash
 /// stride, so no id order of the data aligns with it) up to the limit.
-/// Decision: a query far from all data (an outlier, or an inner-product query,
-/// whose appended 0 puts it outside the augmented data) can find no stored
-/// fragment in any copy; without seeds its waves would have no start points and
+/// Decision: a query far from all data (an outlier, or an inner-product query
+/// on the part of the stored sphere that only the largest vectors reach) can
+/// find no stored fragment in any copy; without seeds its waves would have no start points and
 /// it would return nothing. Seeds in every cluster reach the parts of the data
 /// the neighbour graph does not join, small clusters included (docs/RESULTS.md,
 /// "Decisions"). Costs nothing for queries whose
@@ -82,9 +82,9 @@ const FAR_SAMPLE: usize = 1024;
 /// median, over up to [`FAR_SAMPLE`] vectors spread over the index, of the
 /// exact squared distance to the nearest entry of each one's row, zeros
 /// (duplicates) left out. Infinite where no vector has a neighbour, and for
-/// inner product: its stored space appends a coordinate that is 0 for every
-/// query and not for the data, so every query lies outside the data there
-/// and the distance tells nothing.
+/// inner product: its queries' appended coordinate is 0 (`Metric::query_scale`)
+/// where most stored vectors' is not, so a query's distance to its nearest
+/// vector is not comparable with the distances between stored vectors.
 pub fn far_seed_distance(index: &Index, engine: &Engine) -> f32 {
     let n = index.len();
     let lt = engine.row_len;

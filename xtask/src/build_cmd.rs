@@ -27,8 +27,9 @@ pub struct BuildFlags {
     /// parent fragment: octex's first rule, for comparison).
     #[arg(long, default_value = "nearest")]
     pub ripple_rule: octex_build::RippleRule,
-    /// Inverted-file lists probed per fragment centre (default: chosen from
-    /// the data by the recall of the lists on a sample).
+    /// Inverted-file lists probed per fragment centre. Default: on the CPU
+    /// the ripples are found through the neighbour rows; on the GPU the
+    /// count is chosen by the recall of the lists on a sample.
     #[arg(long)]
     pub ripple_probes: Option<usize>,
     /// Smallest stored fragment pmin (default by n).
@@ -339,6 +340,7 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
     }
     let how = match r.ripple_probes {
         Some(p) => format!("searched, {p} lists probed per centre"),
+        None if r.ripples_through_rows => "found through the neighbour rows".to_string(),
         None => "member lists".to_string(),
     };
     println!(

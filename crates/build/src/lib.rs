@@ -10,9 +10,12 @@
 //! 3. the copy map ([`octex_lattice::CopyMap`]) with spacings chosen from the
 //!    data ([`spacing`]);
 //! 4. fragment ripples of every copy ([`ripples`]): the stored fragments by
-//!    sorting, each one's ripple the `l` vectors nearest to its centre, found
-//!    through an inverted file over the copy's projection ([`centre_knn`];
-//!    on the GPU [`gpu_centre_knn`]);
+//!    sorting, each one's ripple the `l` vectors nearest to its centre. The
+//!    GPU finds them through an inverted file over the copy's projection
+//!    ([`gpu_centre_knn`]); the CPU keeps each fragment's nearest members
+//!    here and finds the nearest vectors through the rows after step 6
+//!    ([`ripples_by_rows`]; [`centre_knn`]'s inverted file when its probes
+//!    are given);
 //! 5. the int8 sketch ([`sketch`]);
 //! 6. neighbour rows: exact k-NN ([`octex_search::knn`]) or the index's own search
 //!    ([`search_rows`]) for `2 Lt` neighbours a vector, ordered by detour
@@ -81,6 +84,8 @@ pub mod progress;
 pub mod refine;
 #[doc(hidden)]
 pub mod ripples;
+#[doc(hidden)]
+pub mod ripples_by_rows;
 #[doc(hidden)]
 pub mod rows;
 #[doc(hidden)]
@@ -205,6 +210,9 @@ pub struct BuildReport {
     pub ripple_recall: f64,
     /// Inverted-file lists probed per centre, when the ripples were searched.
     pub ripple_probes: Option<usize>,
+    /// Whether the ripples were found through the neighbour rows
+    /// ([`ripples_by_rows`]).
+    pub ripples_through_rows: bool,
     /// Sketch width built, and the share of the variance its principal
     /// coordinates hold.
     pub sketch_width: usize,
@@ -483,7 +491,7 @@ pub fn build_with_progress(
             }
             _ => None,
         };
-        let (parts, map, choice) = structure(
+        let (parts, map, choice, anchors) = structure(
             x,
             sdim,
             dim,
@@ -528,6 +536,34 @@ pub fn build_with_progress(
             }
         };
         pb.finish();
+        if !anchors.is_empty() {
+            let stage = Stage::new(progress, "ripples through rows", p.copies as u64);
+            let mut pcs = vec![0f32; n * map.basis_dim];
+            report.phase("ripples_by_rows", || {
+                map.principal(x, &mut pcs, true);
+                ripples_by_rows::nearest_through_rows(&mut parts, &map, &pcs, &anchors, &|| {
+                    stage.inc(1)
+                });
+            });
+            stage.finish();
+            report.ripple_recall = report.phase("ripple_recall", || {
+                let z0 = ripples_by_rows::project(&pcs, &map, 0);
+                let stored = ripples::RippleTables::of_parts(&parts);
+                probes::stored_ripple_recall(
+                    &map,
+                    0,
+                    &z0,
+                    stored,
+                    p.list_len,
+                    RIPPLE_RECALL_SAMPLES,
+                )
+            });
+            report.ripples_through_rows = true;
+            tracing::info!(
+                recall = report.ripple_recall,
+                "ripples through the rows against the exact l nearest of their centres (copy 0)"
+            );
+        }
         report.row_recall = report.phase("row_check", || {
             let sample = pca::sample_rows(n, check::ROW_CHECK_SAMPLE, p.seed ^ 0xc4ec);
             check::row_recall(x, sdim, &parts.rows, shape.row_len, &sample)

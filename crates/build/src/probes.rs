@@ -9,7 +9,7 @@ use octex_index::table::{lookup, PAD_ID};
 use octex_lattice::CopyMap;
 
 use crate::centre_knn::ProjectedIvf;
-use crate::ripples::{centre_of, FlatRipples, RippleSpec};
+use crate::ripples::{centre_of, RippleSpec, RippleTables};
 
 /// Probe counts tried, fewest first, when the build chooses them. The last
 /// rung is 12: on GloVe-50 (no rung reaches the target) 24 probes took 1.6x
@@ -101,7 +101,7 @@ where
 }
 
 /// How close the stored ripples of copy `copy` come to the exact `l` nearest
-/// of their fragments' centres: the recall of the lists in `flat` against a
+/// of their fragments' centres: the recall of the lists in `stored` against a
 /// brute-force k-NN over `z` (that copy's projection), over the fragments
 /// that `samples` seeded sample vectors read as queries (the finest stored
 /// one), each found by its key. It measures what was stored, whichever rule or
@@ -110,7 +110,7 @@ pub fn stored_ripple_recall(
     map: &CopyMap,
     copy: usize,
     z: &[f32],
-    flat: &FlatRipples,
+    stored: RippleTables<'_>,
     list_len: usize,
     samples: usize,
 ) -> f64 {
@@ -118,11 +118,11 @@ pub fn stored_ripple_recall(
     let spacings = map.spacings.len();
     let l = list_len;
     let ordinal = |s: usize, key: u64| {
-        let t = flat.tables[copy * spacings + s];
+        let t = stored.tables[copy * spacings + s];
         let slots = t.slot_offset as usize..(t.slot_offset + t.capacity) as usize;
         lookup(
-            &flat.table_keys[slots.clone()],
-            &flat.table_slots[slots],
+            &stored.table_keys[slots.clone()],
+            &stored.table_slots[slots],
             key,
         )
         .map(|ord| t.ripple_base as usize + ord as usize)
@@ -133,7 +133,7 @@ pub fn stored_ripple_recall(
     let mut lists = Vec::with_capacity(picked.len() * l);
     for &(s, key) in &picked {
         let at = ordinal(s, key).expect("sampled fragments are stored") * l;
-        lists.extend_from_slice(&flat.ripples[at..at + l]);
+        lists.extend_from_slice(&stored.ripples[at..at + l]);
     }
     crate::centre_knn::recall_against_exact(z, cd, &centres, &lists, l)
 }

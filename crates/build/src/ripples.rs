@@ -9,8 +9,10 @@
 //!
 //! - [`RippleRule::Nearest`] (the paper's, section 3.3, and the default): the `l`
 //!   base vectors nearest to the fragment's centre in the copy's projection,
-//!   whether or not they are members, found through an inverted file over the
-//!   copy's projection ([`crate::centre_knn`]). When `pmin >= l` every stored
+//!   whether or not they are members, found here through an inverted file over
+//!   the copy's projection ([`crate::centre_knn`]), or by the CPU builder
+//!   through the neighbour rows ([`crate::ripples_by_rows`]), which starts
+//!   from the members rule's ripples. When `pmin >= l` every stored
 //!   fragment holds at least `l` members and the build keeps its `l` members
 //!   nearest to the centre instead, as the paper does at a billion vectors (a
 //!   sort, no search).
@@ -65,6 +67,9 @@ pub struct SpacingRipples {
     pub keys: Vec<u64>,
     /// `keys.len() x l` ids, nearest to the centre first, padded with `PAD_ID`.
     pub ripples: Vec<u32>,
+    /// A member of each stored fragment (its nearest to the centre), whose
+    /// decoding gives the centre back.
+    pub anchors: Vec<u32>,
     /// Fragments with fewer than `l` members (completed from the parent).
     pub short: usize,
     /// Keys dropped for collisions.
@@ -81,6 +86,9 @@ pub struct FlatRipples {
     pub table_keys: Vec<u64>,
     pub table_slots: Vec<u32>,
     pub ripples: Vec<u32>,
+    /// A member of each stored fragment, by ripple ordinal (the CPU builder's;
+    /// empty where the GPU built the ripples).
+    pub anchors: Vec<u32>,
     /// Stored fragments per spacing, over all copies.
     pub fragments: Vec<usize>,
     /// Of those, fragments with fewer than `l` members.
@@ -88,7 +96,39 @@ pub struct FlatRipples {
     pub collisions: usize,
 }
 
+/// Borrowed key tables and ripples of every (copy, spacing), as
+/// [`FlatRipples`] or the index's parts hold them.
+#[derive(Clone, Copy, Debug)]
+pub struct RippleTables<'a> {
+    pub tables: &'a [TableEntry],
+    pub table_keys: &'a [u64],
+    pub table_slots: &'a [u32],
+    pub ripples: &'a [u32],
+}
+
+impl<'a> RippleTables<'a> {
+    /// The tables and ripples of an index's parts.
+    pub fn of_parts(parts: &'a octex_index::IndexParts) -> Self {
+        Self {
+            tables: &parts.tables,
+            table_keys: &parts.table_keys,
+            table_slots: &parts.table_slots,
+            ripples: &parts.ripples,
+        }
+    }
+}
+
 impl FlatRipples {
+    /// Borrowed tables and ripples.
+    pub fn view(&self) -> RippleTables<'_> {
+        RippleTables {
+            tables: &self.tables,
+            table_keys: &self.table_keys,
+            table_slots: &self.table_slots,
+            ripples: &self.ripples,
+        }
+    }
+
     /// Empty tables for `copies x spacings`.
     pub fn new(copies: usize, spacings: usize) -> Self {
         Self {
@@ -151,6 +191,7 @@ impl FlatRipples {
             flat.table_keys.extend_from_slice(&sk);
             flat.table_slots.extend_from_slice(&si);
             flat.ripples.extend_from_slice(&sr.ripples);
+            flat.anchors.extend_from_slice(&sr.anchors);
             let s = t % spacings.max(1);
             flat.fragments[s] += sr.keys.len();
             flat.short[s] += sr.short;
@@ -295,6 +336,7 @@ pub fn build_copy(map: &CopyMap, copy: usize, z: &[f32], spec: &RippleSpec) -> V
         centres.resize(at + st.groups.len() * cd, 0.0);
         for (f, &(a, b)) in st.groups.iter().enumerate() {
             let first = st.order[a as usize] as usize;
+            res.anchors.push(first as u32);
             centre_of(
                 map,
                 copy,
@@ -360,6 +402,7 @@ pub fn build_copy_members(
         for &(a, b) in &st.groups {
             let members = &st.order[a as usize..b as usize];
             let first = members[0] as usize;
+            res.anchors.push(first as u32);
             if members.len() >= l {
                 res.ripples.extend_from_slice(&members[..l]);
                 continue;
@@ -489,11 +532,11 @@ mod tests {
         }
         // The builder's own check agrees, on the flattened tables.
         let flat = FlatRipples::from_copies(vec![out], l);
-        let r = stored_ripple_recall(&map, 0, &z, &flat, l, 64);
+        let r = stored_ripple_recall(&map, 0, &z, flat.view(), l, 64);
         assert!(r > 0.999, "recall {r}");
         // The members rule's lists are further from the exact ones.
         let members = FlatRipples::from_copies(vec![build_copy_members(&map, 0, &z, l, 1)], l);
-        let rm = stored_ripple_recall(&map, 0, &z, &members, l, 64);
+        let rm = stored_ripple_recall(&map, 0, &z, members.view(), l, 64);
         assert!(rm < r, "members {rm} vs nearest {r}");
         // pmin >= l: member lists, no search.
         assert!(!RippleSpec { pmin: l, ..spec }.searches());

@@ -19,7 +19,7 @@ pub(crate) fn structure(
     on_gpu: bool,
     report: &mut BuildReport,
     progress: &dyn Progress,
-) -> Result<(IndexParts, CopyMap, spacing::SpacingChoice), BuildError> {
+) -> Result<(IndexParts, CopyMap, spacing::SpacingChoice, Vec<u32>), BuildError> {
     let n = x.len() / sdim;
     // A context of its own (own stream and cuBLAS handle, exact f32
     // products), apart from the one the rows' TF32 products used.
@@ -143,6 +143,13 @@ pub(crate) fn structure(
             ..Default::default()
         },
     };
+    // The CPU finds the nearest rule's ripples through the rows
+    // (`ripples_by_rows`), from the members' ripples built here, unless the
+    // inverted file's probes are given.
+    let through_rows = gpu.is_none() && spec.searches() && p.ripple_probes.is_none();
+    if through_rows {
+        spec.rule = ripples::RippleRule::Members;
+    }
     // Copy 0's projection, for the probe choice and the check of the ripples.
     let z0 = project_copy(&pcs, &map, 0, None);
     if spec.searches() && p.ripple_probes.is_none() {
@@ -182,14 +189,23 @@ pub(crate) fn structure(
         }
     })?;
     pb_ripples.finish();
-    report.ripple_recall = report.phase("ripple_recall", || {
-        probes::stored_ripple_recall(&map, 0, &z0, &flat, p.list_len, RIPPLE_RECALL_SAMPLES)
-    });
+    if !through_rows {
+        report.ripple_recall = report.phase("ripple_recall", || {
+            probes::stored_ripple_recall(
+                &map,
+                0,
+                &z0,
+                flat.view(),
+                p.list_len,
+                RIPPLE_RECALL_SAMPLES,
+            )
+        });
+        tracing::info!(
+            recall = report.ripple_recall,
+            "stored ripples against the exact l nearest of their centres (copy 0)"
+        );
+    }
     drop(z0);
-    tracing::info!(
-        recall = report.ripple_recall,
-        "stored ripples against the exact l nearest of their centres (copy 0)"
-    );
 
     // Sketch: the first w principal coordinates (zero beyond m), scales
     // from the PCA sample.
@@ -254,14 +270,19 @@ pub(crate) fn structure(
         }
         (VectorDtype::F32, _) => RerankVectors::F32(x.to_vec()),
     });
+    let mut anchors = Vec::new();
     let parts = report.phase("assemble", || {
         let FlatRipples {
             tables,
             table_keys,
             table_slots,
             ripples,
+            anchors: a,
             ..
         } = flat;
+        if through_rows {
+            anchors = a;
+        }
         let header = IndexHeader {
             crate_version: env!("CARGO_PKG_VERSION").to_string(),
             metric,
@@ -305,7 +326,7 @@ pub(crate) fn structure(
             vectors,
         }
     });
-    Ok((parts, map, choice))
+    Ok((parts, map, choice, anchors))
 }
 
 /// Projected coordinates (`rows x 8b`) of copy `c`, from principal coordinates

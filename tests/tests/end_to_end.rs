@@ -433,7 +433,9 @@ fn tiny_index_with_fewer_vectors_than_a_row() {
 
 /// The paper's ripples (the `l` vectors nearest to each fragment's centre)
 /// hold more of a query's true neighbours in the first round than the
-/// fragment's own members topped up from the parent, at the same list length.
+/// fragment's own members topped up from the parent, at the same list length,
+/// whether the CPU finds them through the rows (the default) or through the
+/// inverted file (probes given).
 #[test]
 fn nearest_ripples_beat_member_ripples_in_the_first_round() {
     let (base, queries) = data();
@@ -445,18 +447,24 @@ fn nearest_ripples_beat_member_ripples_in_the_first_round() {
         ..SearchParams::default()
     };
     let mut recalls = Vec::new();
-    for rule in [
-        octex_build::RippleRule::Members,
-        octex_build::RippleRule::Nearest,
+    for (rule, probes) in [
+        (octex_build::RippleRule::Members, None),
+        (octex_build::RippleRule::Nearest, None),
+        (octex_build::RippleRule::Nearest, Some(12)),
     ] {
         let params = BuildParams {
             ripple_rule: rule,
+            ripple_probes: probes,
             ..test_params()
         };
         let built = build(&base, DIM, Metric::L2, &params).unwrap();
         let rr = built.report.ripple_recall;
         assert!((0.0..=1.0).contains(&rr), "ripple recall {rr}");
-        if rule == octex_build::RippleRule::Nearest {
+        assert_eq!(
+            built.report.ripples_through_rows,
+            rule == octex_build::RippleRule::Nearest && probes.is_none()
+        );
+        if probes.is_some() {
             assert!(
                 rr > 0.8,
                 "searched ripples: recall {rr} of the exact nearest"
@@ -467,15 +475,16 @@ fn nearest_ripples_beat_member_ripples_in_the_first_round() {
         recalls.push(recall(&res.ids, &truth, 10));
     }
     eprintln!(
-        "first-round recall@10: members {:.4}, nearest {:.4}",
-        recalls[0], recalls[1]
+        "first-round recall@10: members {:.4}, nearest through the rows {:.4}, through the inverted file {:.4}",
+        recalls[0], recalls[1], recalls[2]
     );
-    assert!(
-        recalls[1] > recalls[0],
-        "first round: nearest {} vs members {}",
-        recalls[1],
-        recalls[0]
-    );
+    for (how, r) in [("rows", recalls[1]), ("inverted file", recalls[2])] {
+        assert!(
+            r > recalls[0],
+            "first round: nearest through the {how} {r} vs members {}",
+            recalls[0]
+        );
+    }
 }
 
 /// `tune_for_recall` picks parameters on a sample of the index's own

@@ -547,7 +547,7 @@ pub fn build_with_progress(
             });
             stage.finish();
             report.ripple_recall = report.phase("ripple_recall", || {
-                let z0 = ripples_by_rows::project(&pcs, &map, 0);
+                let z0 = ripples::project_copy(&pcs, &map, 0, None);
                 let stored = ripples::RippleTables::of_parts(&parts);
                 probes::stored_ripple_recall(
                     &map,

@@ -60,6 +60,40 @@ pub fn copy_rotation(map: &CopyMap, c: usize) -> Vec<f32> {
     rot
 }
 
+/// Projected coordinates (`rows x 8b`) of copy `c`, from principal coordinates
+/// (`n x m`), for all rows or the given ones; blocks of rows on all cores,
+/// each block's product single-threaded.
+pub(crate) fn project_copy(
+    pcs: &[f32],
+    map: &CopyMap,
+    c: usize,
+    rows: Option<&[usize]>,
+) -> Vec<f32> {
+    const BLOCK: usize = 4096;
+    let cd = map.copy_dim();
+    let m = map.basis_dim;
+    let rot = copy_rotation(map, c);
+    let zero = vec![0f32; cd];
+    let project = |src: &[f32]| {
+        let mut z = vec![0f32; src.len() / m.max(1) * cd];
+        z.par_chunks_mut(cd * BLOCK)
+            .zip(src.par_chunks(m * BLOCK))
+            .for_each(|(zc, xc)| {
+                octex_lattice::copymap::project_rows(xc, m, &rot, &zero, zc, false)
+            });
+        z
+    };
+    match rows {
+        None => project(pcs),
+        Some(rows) => project(
+            &rows
+                .iter()
+                .flat_map(|&r| pcs[r * m..(r + 1) * m].iter().copied())
+                .collect::<Vec<f32>>(),
+        ),
+    }
+}
+
 /// One (copy, spacing) table's content.
 #[derive(Clone, Debug, Default)]
 pub struct SpacingRipples {

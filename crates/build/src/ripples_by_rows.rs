@@ -45,7 +45,7 @@ pub fn nearest_through_rows(
         return;
     }
     for c in 0..map.copies {
-        let z = project(pcs, map, c);
+        let z = crate::ripples::project_copy(pcs, map, c, None);
         for s in 0..spacings {
             let e = parts.tables[c * spacings + s];
             let (a, b) = (
@@ -111,20 +111,6 @@ fn keep_nearest(scored: &mut [(f32, u32)], ripple: &mut [u32]) {
     for (j, slot) in ripple.iter_mut().enumerate() {
         *slot = if j < keep { scored[j].1 } else { PAD_ID };
     }
-}
-
-/// Copy `c`'s projection of every vector (`n x 8b`), on all cores.
-pub(crate) fn project(pcs: &[f32], map: &CopyMap, c: usize) -> Vec<f32> {
-    const CHUNK: usize = 4096;
-    let cd = map.copy_dim();
-    let m = map.basis_dim;
-    let rot = crate::ripples::copy_rotation(map, c);
-    let zero = vec![0f32; cd];
-    let mut z = vec![0f32; pcs.len() / m.max(1) * cd];
-    z.par_chunks_mut(cd * CHUNK)
-        .zip(pcs.par_chunks(m * CHUNK))
-        .for_each(|(zc, xc)| octex_lattice::copymap::project_rows(xc, m, &rot, &zero, zc, false));
-    z
 }
 
 /// Ask the cache for the start of `row` (the candidates are random reads).

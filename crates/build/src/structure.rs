@@ -93,7 +93,7 @@ pub(crate) fn structure(
             });
         }
         let probe = pca::sample_rows(n, spacing::PROBE_ROWS, p.seed ^ 0x5eed);
-        let z0 = project_copy(&pcs, &map, 0, Some(&probe));
+        let z0 = ripples::project_copy(&pcs, &map, 0, Some(&probe));
         let var = z0.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / z0.len().max(1) as f64;
         tracing::info!(
             mean_scale,
@@ -150,8 +150,12 @@ pub(crate) fn structure(
     if through_rows {
         spec.rule = ripples::RippleRule::Members;
     }
-    // Copy 0's projection, for the probe choice and the check of the ripples.
-    let z0 = project_copy(&pcs, &map, 0, None);
+    // Copy 0's projection, for the probe choice and the check of the ripples
+    // (ripples through the rows are checked after the rows).
+    let z0 = match through_rows {
+        true => Vec::new(),
+        false => ripples::project_copy(&pcs, &map, 0, None),
+    };
     if spec.searches() && p.ripple_probes.is_none() {
         let (probes, recall) = report.phase("ripple_probes", || match &gpu {
             Some(g) => gpu_ripples::choose_probes(g, &map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES),
@@ -179,7 +183,7 @@ pub(crate) fn structure(
             let per_copy = (0..p.copies)
                 .into_par_iter()
                 .map(|c| {
-                    let z = project_copy(&pcs, &map, c, None);
+                    let z = ripples::project_copy(&pcs, &map, c, None);
                     let r = ripples::build_copy(&map, c, &z, &spec);
                     pb_ripples.inc(1);
                     r
@@ -327,30 +331,4 @@ pub(crate) fn structure(
         }
     });
     Ok((parts, map, choice, anchors))
-}
-
-/// Projected coordinates (`rows x 8b`) of copy `c`, from principal coordinates
-/// (`n x m`), for all rows or the given ones.
-fn project_copy(pcs: &[f32], map: &CopyMap, c: usize, rows: Option<&[usize]>) -> Vec<f32> {
-    let cd = map.copy_dim();
-    let m = map.basis_dim;
-    let rot = ripples::copy_rotation(map, c);
-    let zero = vec![0f32; cd];
-    let project = |src: &[f32]| {
-        let mut z = vec![0f32; src.len() / m * cd];
-        // Chunks keep each GEMM single-threaded inside the parallel copy loop.
-        for (zc, xc) in z.chunks_mut(cd * 65536).zip(src.chunks(m * 65536)) {
-            octex_lattice::copymap::project_rows(xc, m, &rot, &zero, zc, false);
-        }
-        z
-    };
-    match rows {
-        None => project(pcs),
-        Some(rows) => project(
-            &rows
-                .iter()
-                .flat_map(|&r| pcs[r * m..(r + 1) * m].to_vec())
-                .collect::<Vec<f32>>(),
-        ),
-    }
 }

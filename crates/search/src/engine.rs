@@ -34,7 +34,7 @@ use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
 use octex_lattice::decoder::DecodeFn;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Cand {
     d: f32,
     id: u32,
@@ -176,6 +176,28 @@ const PREFETCH_AHEAD: usize = 32;
 /// (pays for vectors of several cache lines at `R` >= 64).
 const RERANK_PREFETCH_AHEAD: usize = 4;
 
+/// The ids of `list` up to its first `PAD_ID` (ripples and rows are padded
+/// at their ends).
+#[inline]
+fn stored(list: &[u32]) -> &[u32] {
+    &list[..list
+        .iter()
+        .position(|&id| id == PAD_ID)
+        .unwrap_or(list.len())]
+}
+
+/// The sketch distance a candidate must be under to enter `best` (sorted,
+/// at most `m` entries): its last entry's once full, as [`merge_into`]
+/// keeps. A filtered search ranks every candidate (its answer list keeps
+/// allowed ones beyond `best`).
+#[inline]
+fn merge_bound(best: &[Cand], m: usize, filtered: bool) -> f32 {
+    match best.len() == m && !filtered {
+        true => best[m - 1].d,
+        false => f32::INFINITY,
+    }
+}
+
 /// Merge `cand` into `best` (sorted by distance), keeping `m` entries;
 /// `cand` is consumed, `merged` is scratch.
 fn merge_into(best: &mut Vec<Cand>, cand: &mut Vec<Cand>, merged: &mut Vec<Cand>, m: usize) {
@@ -314,10 +336,11 @@ impl Engine {
         }
     }
 
-    /// Rank the ids in `s.fresh` by sketch distance into `s.cand`. Not inlined,
-    /// so that profiles separate ranking from the rest of the wave loop.
+    /// Rank the ids in `s.fresh` by sketch distance into `s.cand`, those at
+    /// `bound` or beyond left out (see [`merge_bound`]). Not inlined, so that
+    /// profiles separate ranking from the rest of the wave loop.
     #[inline(never)]
-    fn rank_fresh(&self, index: &Index, qs: SketchQuery, s: &mut Scratch) {
+    fn rank_fresh(&self, index: &Index, qs: SketchQuery, s: &mut Scratch, bound: f32) {
         let sk = index.sketch();
         let w = self.sketch_width;
         let norms = &self.sketch_norms;
@@ -330,6 +353,8 @@ impl Engine {
             prefetch_at(&norms[id as usize]);
         }
         s.cand.clear();
+        s.cand.resize(s.fresh.len(), Cand::default());
+        let mut kept = 0;
         let ids = index.sketch_centre_ids();
         for (i, &id) in s.fresh.iter().enumerate() {
             if let Some(&ahead) = s.fresh.get(i + PREFETCH_AHEAD) {
@@ -353,13 +378,16 @@ impl Engine {
                 let (term, step) = s.centre_terms[c];
                 centre_estimate(norms[id as usize], term, step, dot)
             };
-            s.cand.push(Cand {
+            // Written always, kept when under the bound: no branch on it.
+            s.cand[kept] = Cand {
                 d,
                 id,
                 expanded: false,
                 exact: false,
-            });
+            };
+            kept += usize::from(!(d >= bound));
         }
+        s.cand.truncate(kept);
         s.stats.sketch_distances += s.fresh.len() as u64;
     }
 
@@ -578,18 +606,12 @@ impl Engine {
         s.stats.copies_without_fragment += s.pending.len() as u64;
         for &start in &s.hits {
             let start = start as usize;
-            for &id in ripples[start..start + r]
-                .iter()
-                .take_while(|&&id| id != PAD_ID)
-            {
-                s.stats.first_round_entries += 1;
-                if s.visited.insert(id) {
-                    s.fresh.push(id);
-                }
-            }
+            let ripple = stored(&ripples[start..start + r]);
+            s.stats.first_round_entries += ripple.len() as u64;
+            s.visited.insert_new(ripple, &mut s.fresh);
         }
         let found = s.fresh.len();
-        self.rank_fresh(index, qs, s);
+        self.rank_fresh(index, qs, s, f32::INFINITY);
         // The nearest first-round candidate (least sketch distance, then id),
         // as the GPU finds it; measured only where the count does not decide
         // and a far distance exists (not for inner product).
@@ -615,12 +637,8 @@ impl Engine {
         if seeded {
             s.stats.seeded_queries += 1;
             s.fresh.clear();
-            for &id in &self.seeds {
-                if s.visited.insert(id) {
-                    s.fresh.push(id);
-                }
-            }
-            self.rank_fresh(index, qs, s);
+            s.visited.insert_new(&self.seeds, &mut s.fresh);
+            self.rank_fresh(index, qs, s, merge_bound(&s.best, m, filter.is_some()));
             if let Some(f) = filter {
                 self.merge_answer(s, f.ids, want);
             }
@@ -684,21 +702,13 @@ impl Engine {
             }
             s.fresh.clear();
             for &u in &s.starts {
-                let row = &rows[u as usize * lt..(u as usize + 1) * lt];
-                prefetch_at(&row[0]);
-                prefetch_at(&row[lt - 1]);
+                prefetch(&rows[u as usize * lt..(u as usize + 1) * lt]);
             }
             for &u in &s.starts {
-                for &id in rows[u as usize * lt..(u as usize + 1) * lt]
-                    .iter()
-                    .take_while(|&&id| id != PAD_ID)
-                {
-                    if s.visited.insert(id) {
-                        s.fresh.push(id);
-                    }
-                }
+                let row = stored(&rows[u as usize * lt..(u as usize + 1) * lt]);
+                s.visited.insert_new(row, &mut s.fresh);
             }
-            self.rank_fresh(index, qs, s);
+            self.rank_fresh(index, qs, s, merge_bound(&s.best, m, filter.is_some()));
             if let Some(f) = filter {
                 self.merge_answer(s, f.ids, want);
             }

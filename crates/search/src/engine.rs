@@ -34,7 +34,7 @@ use crate::simd::{prefetch, prefetch_at, ExactF16Fn, ExactF32Fn, SketchFn};
 use crate::visited::VisitedSet;
 use octex_lattice::decoder::DecodeFn;
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Cand {
     d: f32,
     id: u32,
@@ -353,8 +353,6 @@ impl Engine {
             prefetch_at(&norms[id as usize]);
         }
         s.cand.clear();
-        s.cand.resize(s.fresh.len(), Cand::default());
-        let mut kept = 0;
         let ids = index.sketch_centre_ids();
         for (i, &id) in s.fresh.iter().enumerate() {
             if let Some(&ahead) = s.fresh.get(i + PREFETCH_AHEAD) {
@@ -378,16 +376,16 @@ impl Engine {
                 let (term, step) = s.centre_terms[c];
                 centre_estimate(norms[id as usize], term, step, dot)
             };
-            // Written always, kept when under the bound: no branch on it.
-            s.cand[kept] = Cand {
+            if d >= bound {
+                continue;
+            }
+            s.cand.push(Cand {
                 d,
                 id,
                 expanded: false,
                 exact: false,
-            };
-            kept += usize::from(!(d >= bound));
+            });
         }
-        s.cand.truncate(kept);
         s.stats.sketch_distances += s.fresh.len() as u64;
     }
 

@@ -90,52 +90,93 @@ pub fn f16_recall(x: &[f32], dim: usize, sample: &[usize]) -> f64 {
     found as f64 / (sample.len() * k) as f64
 }
 
-/// Share of the [`ROW_CHECK_K`] exact nearest neighbours of the vectors
-/// `sample` (stored vectors `x`, `n x dim`; squared L2) that their rows
-/// (`n x row_len`) hold, ties counted: a row entry at most as far as the
-/// `ROW_CHECK_K`-th exact neighbour counts as one.
-pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &[usize]) -> f64 {
-    let lists: Vec<u32> = sample
-        .iter()
-        .flat_map(|&u| rows[u * row_len..(u + 1) * row_len].iter().copied())
-        .collect();
-    lists_recall(x, dim, &lists, row_len, sample)
+/// The exact [`ROW_CHECK_K`]-th nearest other vector's distance for each
+/// vector of a sample: one exact search against which several versions of
+/// the sample's lists are measured.
+pub struct RowTruth {
+    sample: Vec<usize>,
+    /// Per sample vector; empty when there is nothing to check (`n < 2`).
+    bounds: Vec<f32>,
 }
 
-/// [`row_recall`] of lists given for the sample alone: `lists` holds
-/// `row_len` ids per sample vector, in `sample`'s order.
-pub fn lists_recall(x: &[f32], dim: usize, lists: &[u32], row_len: usize, sample: &[usize]) -> f64 {
-    let n = x.len() / dim;
-    let k = ROW_CHECK_K.min(n.saturating_sub(1));
-    if k == 0 || sample.is_empty() {
-        return 1.0;
+impl RowTruth {
+    /// The truth for the vectors `sample` of the stored vectors `x`
+    /// (`n x dim`; squared L2).
+    pub fn new(x: &[f32], dim: usize, sample: &[usize]) -> Self {
+        let n = x.len() / dim;
+        let k = ROW_CHECK_K.min(n.saturating_sub(1));
+        let bounds = match k == 0 || sample.is_empty() {
+            true => Vec::new(),
+            false => nearest_others(x, dim, sample, k)
+                .iter()
+                .map(|others| others[k.min(others.len()) - 1].1)
+                .collect(),
+        };
+        Self {
+            sample: sample.to_vec(),
+            bounds,
+        }
     }
-    let hits: usize = nearest_others(x, dim, sample, k)
-        .par_iter()
-        .zip(sample)
-        .enumerate()
-        .map(|(i, (others, &u))| {
-            // The k-th nearest other vector's distance.
-            let bound = others[k.min(others.len()) - 1].1;
-            let xu = &x[u * dim..(u + 1) * dim];
-            let mut row: Vec<u32> = lists[i * row_len..(i + 1) * row_len]
-                .iter()
-                .copied()
-                .filter(|&v| v != PAD_ID && v as usize != u)
-                .collect();
-            row.sort_unstable();
-            row.dedup();
-            let near = row
-                .iter()
-                .filter(|&&v| {
-                    let xv = &x[v as usize * dim..(v as usize + 1) * dim];
-                    squared_l2(xu, xv) <= bound * (1.0 + 1e-5) + 1e-12
-                })
-                .count();
-            near.min(k)
-        })
-        .sum();
-    hits as f64 / (sample.len() * k) as f64
+
+    /// The vectors it checks.
+    pub fn sample(&self) -> &[usize] {
+        &self.sample
+    }
+
+    /// Share of the [`ROW_CHECK_K`] exact nearest neighbours that `lists`
+    /// (`row_len` ids per sample vector, in the sample's order) hold, ties
+    /// counted: an entry at most as far as the `ROW_CHECK_K`-th exact
+    /// neighbour counts as one.
+    pub fn lists_recall(&self, x: &[f32], dim: usize, lists: &[u32], row_len: usize) -> f64 {
+        if self.bounds.is_empty() {
+            return 1.0;
+        }
+        let n = x.len() / dim;
+        let k = ROW_CHECK_K.min(n.saturating_sub(1));
+        let hits: usize = self
+            .sample
+            .par_iter()
+            .zip(&self.bounds)
+            .enumerate()
+            .map(|(i, (&u, &bound))| {
+                let xu = &x[u * dim..(u + 1) * dim];
+                let mut row: Vec<u32> = lists[i * row_len..(i + 1) * row_len]
+                    .iter()
+                    .copied()
+                    .filter(|&v| v != PAD_ID && v as usize != u)
+                    .collect();
+                row.sort_unstable();
+                row.dedup();
+                let near = row
+                    .iter()
+                    .filter(|&&v| {
+                        let xv = &x[v as usize * dim..(v as usize + 1) * dim];
+                        squared_l2(xu, xv) <= bound * (1.0 + 1e-5) + 1e-12
+                    })
+                    .count();
+                near.min(k)
+            })
+            .sum();
+        hits as f64 / (self.sample.len() * k) as f64
+    }
+
+    /// [`Self::lists_recall`] of the sample's rows among all rows (`n x
+    /// row_len`).
+    pub fn row_recall(&self, x: &[f32], dim: usize, rows: &[u32], row_len: usize) -> f64 {
+        let lists: Vec<u32> = self
+            .sample
+            .iter()
+            .flat_map(|&u| rows[u * row_len..(u + 1) * row_len].iter().copied())
+            .collect();
+        self.lists_recall(x, dim, &lists, row_len)
+    }
+}
+
+/// Share of the [`ROW_CHECK_K`] exact nearest neighbours of the vectors
+/// `sample` (stored vectors `x`, `n x dim`; squared L2) that their rows
+/// (`n x row_len`) hold ([`RowTruth::lists_recall`]).
+pub fn row_recall(x: &[f32], dim: usize, rows: &[u32], row_len: usize, sample: &[usize]) -> f64 {
+    RowTruth::new(x, dim, sample).row_recall(x, dim, rows, row_len)
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ pub const PASS2_START_POINTS: usize = 16;
 pub const JOIN_ROUNDS: usize = 1;
 /// A third, deeper pass runs where the forward lists after pass 2 hold less
 /// than this share of a sample's exact nearest neighbours
-/// ([`crate::check::row_recall`]) and the pass, tried on that sample first,
+/// ([`crate::check::RowTruth`]) and the pass, tried on that sample first,
 /// lifts it by [`DEEP_PASS_MIN_GAIN`]: data of high intrinsic dimension
 /// (within a cluster or overall), where two cheap passes leave rows short.
 pub const DEEP_PASS_BELOW: f64 = 0.97;
@@ -157,13 +157,16 @@ pub fn rows_by_search(
     let (mut ids, mut dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
     drop(second);
     join(x, dim, &mut ids, &mut dists, k);
-    let sample = crate::pca::sample_rows(n, crate::check::ROW_CHECK_SAMPLE, 0x7e57);
-    let recall = crate::check::row_recall(x, dim, &ids, k, &sample);
+    let truth = crate::check::RowTruth::new(
+        x,
+        dim,
+        &crate::pca::sample_rows(n, crate::check::ROW_CHECK_SAMPLE, 0x7e57),
+    );
+    let recall = truth.row_recall(x, dim, &ids, k);
     tracing::info!(recall, "forward lists after pass 2");
     let mut report = RowSearchReport {
         pass2_recall: recall,
-        deep_pass_trial: None,
-        deep_pass_recall: None,
+        ..RowSearchReport::default()
     };
     if recall < DEEP_PASS_BELOW {
         parts.rows = assemble(&ids, &dists, k, searched_shape);
@@ -174,24 +177,7 @@ pub fn rows_by_search(
             ..p2
         };
         // The pass on the sample first: kept for all only where it gains.
-        let xs: Vec<f32> = sample
-            .iter()
-            .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
-            .collect();
-        let (mut sids, mut sdists) = gather(&ids, &dists, k, &sample);
-        let (found, found_d) = forward_lists(
-            &mut searcher(&third, false)?,
-            &xs,
-            dim,
-            k,
-            &p3,
-            &Stage::hidden(),
-        )?;
-        // `forward_lists` took the sample's positions for ids: its own id
-        // is removed here instead.
-        let (found, found_d) = without_self(found, found_d, k, &sample);
-        merge_lists(&mut sids, &mut sdists, &found, &found_d, k);
-        let trial = crate::check::lists_recall(x, dim, &sids, k, &sample);
+        let trial = deep_pass_on_sample(&third, x, dim, k, &ids, &dists, &p3, &truth)?;
         tracing::info!(recall, trial, "deeper pass on the sample");
         report.deep_pass_trial = Some(trial);
         if trial < recall + DEEP_PASS_MIN_GAIN {
@@ -202,11 +188,46 @@ pub fn rows_by_search(
         drop(third);
         merge_lists(&mut ids, &mut dists, &ids3, &dists3, k);
         join(x, dim, &mut ids, &mut dists, k);
-        let recall = crate::check::row_recall(x, dim, &ids, k, &sample);
+        let recall = truth.row_recall(x, dim, &ids, k);
         tracing::info!(recall, "forward lists after the deeper pass");
         report.deep_pass_recall = Some(recall);
     }
     Ok((assemble(&ids, &dists, k, shape), report))
+}
+
+/// The recall of the sample's lists (of `truth`) after a pass of `p` over
+/// `third` on the sample alone, merged into their lists `ids`/`dists`
+/// (`n x k`).
+#[allow(clippy::too_many_arguments)]
+fn deep_pass_on_sample(
+    third: &octex_search::Index,
+    x: &[f32],
+    dim: usize,
+    k: usize,
+    ids: &[u32],
+    dists: &[f32],
+    p: &SearchParams,
+    truth: &crate::check::RowTruth,
+) -> Result<f64, BuildError> {
+    let sample = truth.sample();
+    let xs: Vec<f32> = sample
+        .iter()
+        .flat_map(|&u| x[u * dim..(u + 1) * dim].iter().copied())
+        .collect();
+    let (mut sids, mut sdists) = gather(ids, dists, k, sample);
+    let (found, found_d) = forward_lists(
+        &mut searcher(third, false)?,
+        &xs,
+        dim,
+        k,
+        p,
+        &Stage::hidden(),
+    )?;
+    // `forward_lists` took the sample's positions for ids: its own id is
+    // removed here instead.
+    let (found, found_d) = without_self(found, found_d, k, sample);
+    merge_lists(&mut sids, &mut sdists, &found, &found_d, k);
+    Ok(truth.lists_recall(x, dim, &sids, k))
 }
 
 /// The lists (`k` each) of the vectors `sample`, in its order.

@@ -10,12 +10,16 @@ use rayon::prelude::*;
 
 use octex_index::PAD_ID;
 use octex_search::knn::{squared_l2, TopK};
+use octex_search::simd::prefetch;
 
 /// Forward and reverse neighbours of a vector whose lists a round offers it.
 pub const JOIN_FANOUT: usize = 16;
 
 /// Vectors a round scores per parallel task (progress granularity).
 const TASK: usize = 1_024;
+/// Offered vectors prefetched ahead of the distance being computed (the
+/// offers are random reads of the base).
+const PREFETCH_AHEAD: usize = 8;
 
 /// Up to `cap` vectors that list each vector among their first `fanout`
 /// (`n` rows of `cap`, `PAD_ID`-padded), nearest listers first.
@@ -66,9 +70,10 @@ pub fn join_round(
         .zip(dists.par_chunks_mut(TASK * k))
         .enumerate()
         .map_init(
-            // Per task: the epoch each vector was last offered in.
-            || (vec![0u32; n], 0u32),
-            |(seen, epoch), (t, (ids_out, d_out))| {
+            // Per task: the epoch each vector was last offered in, and a
+            // vector's offers.
+            || (vec![0u32; n], 0u32, Vec::new()),
+            |(seen, epoch, offered), (t, (ids_out, d_out))| {
                 let mut changed = 0;
                 for (r, (row_ids, row_d)) in ids_out
                     .chunks_exact_mut(k)
@@ -92,10 +97,10 @@ pub fn join_round(
                             top.push(d, v);
                         }
                     }
-                    let xu = &x[u * dim..(u + 1) * dim];
                     let via = old_ids[u * k..u * k + f]
                         .iter()
                         .chain(&rev[u * f..(u + 1) * f]);
+                    offered.clear();
                     for &v in via {
                         if v == PAD_ID {
                             continue;
@@ -109,9 +114,19 @@ pub fn join_round(
                                 continue;
                             }
                             seen[w as usize] = *epoch;
-                            let w = w as usize;
-                            top.push(squared_l2(xu, &x[w * dim..(w + 1) * dim]), w as u32);
+                            offered.push(w);
                         }
+                    }
+                    let xu = &x[u * dim..(u + 1) * dim];
+                    let row = |w: u32| &x[w as usize * dim..(w as usize + 1) * dim];
+                    for &w in offered.iter().take(PREFETCH_AHEAD) {
+                        prefetch(row(w));
+                    }
+                    for (i, &w) in offered.iter().enumerate() {
+                        if let Some(&ahead) = offered.get(i + PREFETCH_AHEAD) {
+                            prefetch(row(ahead));
+                        }
+                        top.push(squared_l2(xu, row(w)), w);
                     }
                     let (ti, td) = top.sorted();
                     for j in 0..k {

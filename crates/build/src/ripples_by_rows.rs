@@ -17,11 +17,14 @@ use rayon::prelude::*;
 
 use octex_index::{IndexParts, PAD_ID};
 use octex_lattice::CopyMap;
+use octex_search::simd::prefetch;
 
 /// Ripple entries (nearest to the centre first) whose row entries are offered.
 pub const EXPANDED_ENTRIES: usize = 4;
 /// Row entries offered per expanded ripple entry.
 pub const ROW_ENTRIES: usize = 16;
+/// Offered vectors prefetched ahead of the distance being computed.
+const PREFETCH_AHEAD: usize = 8;
 
 /// Replace every ripple of `parts` by the `l` vectors nearest to its
 /// fragment's centre among the ripple and the rows of its first entries.
@@ -61,14 +64,17 @@ pub fn nearest_through_rows(
                         let za = &z[anchor as usize * cd..(anchor as usize + 1) * cd];
                         crate::ripples::centre_of(map, c, s, za, centre);
                         offered(ripple, rows, lt, ids);
-                        for &v in ids.iter() {
-                            prefetch(&z[v as usize * cd..]);
+                        let zv = |v: u32| &z[v as usize * cd..(v as usize + 1) * cd];
+                        for &v in ids.iter().take(PREFETCH_AHEAD) {
+                            prefetch(zv(v));
                         }
                         scored.clear();
-                        scored.extend(ids.iter().map(|&v| {
-                            let zv = &z[v as usize * cd..(v as usize + 1) * cd];
-                            (octex_search::knn::squared_l2(zv, centre), v)
-                        }));
+                        for (i, &v) in ids.iter().enumerate() {
+                            if let Some(&ahead) = ids.get(i + PREFETCH_AHEAD) {
+                                prefetch(zv(ahead));
+                            }
+                            scored.push((octex_search::knn::squared_l2(zv(v), centre), v));
+                        }
                         keep_nearest(scored, ripple);
                     },
                 );
@@ -111,19 +117,6 @@ fn keep_nearest(scored: &mut [(f32, u32)], ripple: &mut [u32]) {
     for (j, slot) in ripple.iter_mut().enumerate() {
         *slot = if j < keep { scored[j].1 } else { PAD_ID };
     }
-}
-
-/// Ask the cache for the start of `row` (the candidates are random reads).
-#[inline(always)]
-fn prefetch(row: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, of an address inside
-    // `row`; SSE is part of every x86-64 target.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(row.as_ptr().cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = row;
 }
 
 #[cfg(test)]

@@ -105,7 +105,7 @@ pub fn run(args: CodesArgs, root: &std::path::Path) -> Result<()> {
     let coords = project(&base, &pca.mean, &basis, sdim, sdim);
     drop(base);
     let qcoords = project(&queries, &pca.mean, &basis, sdim, sdim);
-    let auto_w = octex_build::sketch::width_for_spectrum(&pca.spectrum).min(sdim);
+    let auto_w = octex_build::sketch::width_for_spectra(&pca.spectrum, &pca.local).min(sdim);
     let widths = if args.widths.is_empty() {
         let mut w = vec![
             (auto_w / 32 * 16).max(16),

@@ -110,7 +110,7 @@ pub struct BuildParams {
     /// `D` rounded up to 16 and at most 1024). Default: chosen from the data,
     /// the fewest leading principal coordinates that hold
     /// [`crate::sketch::AUTO_VARIANCE`] of the variance
-    /// ([`crate::sketch::width_for_spectrum`]).
+    /// ([`crate::sketch::width_for_spectra`]).
     pub sketch_width: Option<usize>,
     /// Residual sketch: `Some(0)` never, `Some(_)` always (centres from the
     /// data), `None` (default) where it ranks a sample's neighbours better

@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 /// Share of the data's variance that a sketch chosen from the data holds
-/// ([`width_for_spectrum`]).
+/// ([`width_for_spectra`]).
 pub const AUTO_VARIANCE: f64 = 0.90;
 
 /// Widest sketch chosen from the data (bytes per row). 256 left flat
@@ -19,23 +19,42 @@ pub const AUTO_VARIANCE: f64 = 0.90;
 /// (docs/RESULTS.md, "Decisions").
 pub const AUTO_MAX_WIDTH: usize = 512;
 
+/// Widest sketch chosen where that many coordinates already hold
+/// [`AUTO_VARIANCE`] of the data's (global) variance: beyond it each byte
+/// is read for every candidate and buys little ranking (Fashion-MNIST: 384
+/// against 256 bytes, 18-25% fewer GPU QPS at the same points).
+pub const NARROW_MAX_WIDTH: usize = 256;
+
 /// The widest a sketch chosen from the data can be for stored dimension `dim`:
 /// `dim` rounded up to 16, at most [`AUTO_MAX_WIDTH`].
 pub fn auto_width_bound(dim: usize) -> usize {
     (dim.div_ceil(16) * 16).clamp(16, AUTO_MAX_WIDTH)
 }
 
-/// The sketch width for data whose PCA variances, descending, are `spectrum`
-/// (all `D` of them): the fewest leading principal coordinates, in steps of
-/// 16, that hold [`AUTO_VARIANCE`] of the total variance, within
-/// `16..=auto_width_bound(D)`.
+/// The sketch width for data whose principal directions carry the
+/// variances `global` and the neighbour-difference variances `local`
+/// (descending by `global`, all `D` of each): the fewest leading principal
+/// coordinates, in steps of 16, that hold [`AUTO_VARIANCE`] of the local
+/// total, within `16..=auto_width_bound(D)`, and at most
+/// [`NARROW_MAX_WIDTH`] where that many hold [`AUTO_VARIANCE`] of the
+/// global total.
 ///
 /// Departure from the paper (64 to 128 bytes everywhere), measured: where the
 /// spectrum is flat (sentence embeddings), 96 coordinates rank poorly; where
-/// it falls fast the rule keeps the paper's widths (Fashion-MNIST 96,
-/// GloVe-50 48). `docs/RESULTS.md`, "Decisions".
-pub fn width_for_spectrum(spectrum: &[f64]) -> usize {
-    width_holding(spectrum, AUTO_VARIANCE)
+/// it falls fast the rule keeps the paper's widths (GloVe-50 48).
+/// `docs/RESULTS.md`, "Decisions".
+pub fn width_for_spectra(global: &[f64], local: &[f64]) -> usize {
+    let w = width_holding(local, AUTO_VARIANCE);
+    let total: f64 = global.iter().map(|v| v.max(0.0)).sum();
+    let narrow: f64 = global
+        .iter()
+        .take(NARROW_MAX_WIDTH)
+        .map(|v| v.max(0.0))
+        .sum();
+    match w > NARROW_MAX_WIDTH && narrow >= AUTO_VARIANCE * total {
+        true => NARROW_MAX_WIDTH,
+        false => w,
+    }
 }
 
 /// The fewest leading coordinates of `spectrum`, in steps of 16, that hold
@@ -145,16 +164,33 @@ mod width_tests {
 
     #[test]
     fn width_follows_the_spectrum() {
+        let w = |s: &[f64]| width_for_spectra(s, s);
         // Fast decay: 90% within the first 16.
         let fast: Vec<f64> = (0..384).map(|i| 0.5f64.powi(i)).collect();
-        assert_eq!(width_for_spectrum(&fast), 16);
+        assert_eq!(w(&fast), 16);
         // Flat: 90% needs 90% of the coordinates, capped at the bound.
         let flat = vec![1.0; 1024];
-        assert_eq!(width_for_spectrum(&flat), AUTO_MAX_WIDTH);
-        assert_eq!(width_for_spectrum(&[1.0; 384]), 352);
+        assert_eq!(w(&flat), AUTO_MAX_WIDTH);
+        assert_eq!(w(&[1.0; 384]), 352);
         let flat100 = vec![1.0; 100];
-        assert_eq!(width_for_spectrum(&flat100), 96);
-        assert_eq!(width_for_spectrum(&[0.0; 50]), 16);
+        assert_eq!(w(&flat100), 96);
+        assert_eq!(w(&[0.0; 50]), 16);
         assert_eq!(auto_width_bound(50), 64);
+    }
+
+    /// Past [`NARROW_MAX_WIDTH`] only where that many coordinates hold too
+    /// little of the global variance, whatever the local spectrum asks.
+    #[test]
+    fn wide_sketches_only_where_the_narrow_one_holds_too_little() {
+        let local = vec![1.0; 784];
+        // 256 of 784 directions hold 0.97 of the global variance.
+        let steep: Vec<f64> = (0..784).map(|i| if i < 256 { 1.0 } else { 0.01 }).collect();
+        assert_eq!(width_for_spectra(&steep, &local), NARROW_MAX_WIDTH);
+        // A flat global spectrum: the local one decides.
+        assert_eq!(width_for_spectra(&local, &local), AUTO_MAX_WIDTH);
+        let mostly: Vec<f64> = (0..384).map(|i| if i < 300 { 1.0 } else { 0.1 }).collect();
+        assert_eq!(width_for_spectra(&mostly, &[1.0; 384]), 352);
+        // Under the narrow bound, the local spectrum alone.
+        assert_eq!(width_for_spectra(&steep[..200], &[1.0; 200]), 192);
     }
 }

@@ -35,7 +35,7 @@ pub(crate) fn structure(
     let pca = report.phase("pca", || {
         pca::fit(x, sdim, &sample, |spectra| {
             if p.sketch_width_auto {
-                w = sketch::width_for_spectrum(spectra.local);
+                w = sketch::width_for_spectra(spectra.global, spectra.local);
             }
             m_copy.max(w.min(sdim))
         })

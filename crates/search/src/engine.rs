@@ -192,9 +192,9 @@ fn stored(list: &[u32]) -> &[u32] {
 /// allowed ones beyond `best`).
 #[inline]
 fn merge_bound(best: &[Cand], m: usize, filtered: bool) -> f32 {
-    match best.len() == m && !filtered {
-        true => best[m - 1].d,
-        false => f32::INFINITY,
+    match best.last() {
+        Some(last) if best.len() == m && !filtered => last.d,
+        _ => f32::INFINITY,
     }
 }
 

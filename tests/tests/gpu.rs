@@ -553,8 +553,8 @@ fn cpu_and_gpu_builds(
         // (longer ones are built on the CPU), so that exact rows run on the GPU.
         // f16 vectors, asked for: the GPU rounds them, and they are compared.
         // Ripples by the inverted file on both, with one probe count: the
-        // CPU's default finds them through the rows instead (better: 0.988
-        // against 0.974 at the default search here), which the GPU does not.
+        // CPU's default finds them through the rows instead, which the GPU
+        // does not.
         let params = octex_build::BuildParams {
             backend,
             row_method: rows,

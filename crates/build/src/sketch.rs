@@ -21,8 +21,8 @@ pub const AUTO_MAX_WIDTH: usize = 512;
 
 /// Widest sketch chosen where that many coordinates already hold
 /// [`AUTO_VARIANCE`] of the data's (global) variance: beyond it each byte
-/// is read for every candidate and buys little ranking (Fashion-MNIST: 384
-/// against 256 bytes, 18-25% fewer GPU QPS at the same points).
+/// is read for every candidate and buys little ranking (docs/RESULTS.md,
+/// "Decisions").
 pub const NARROW_MAX_WIDTH: usize = 256;
 
 /// The widest a sketch chosen from the data can be for stored dimension `dim`:

@@ -552,18 +552,17 @@ fn cpu_and_gpu_builds(
         // Rows of 64 (the default): the longest the GPU's exact rows take
         // (longer ones are built on the CPU), so that exact rows run on the GPU.
         // f16 vectors, asked for: the GPU rounds them, and they are compared.
-        // Ripples by the inverted file on both, with one probe count: the
-        // CPU's default finds them through the rows instead, which the GPU
-        // does not.
+        // Ripples through the rows on both (the default).
         let params = octex_build::BuildParams {
             backend,
             row_method: rows,
             row_len: Some(64),
-            ripple_probes: Some(12),
             vector_dtype: Some(octex_index::VectorDtype::F16),
             ..test_params()
         };
-        octex_build::build(base, dim, Metric::L2, &params).unwrap()
+        let built = octex_build::build(base, dim, Metric::L2, &params).unwrap();
+        assert!(built.report.ripples_through_rows, "{backend:?}");
+        built
     };
     (
         build_on(octex_build::Backend::Cpu),

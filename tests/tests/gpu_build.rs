@@ -151,8 +151,8 @@ fn gpu_nearest_ripples_match_cpu_nearest_ripples() {
     }
 }
 
-/// Same projected coordinates in, the same ripples, short and collision counts
-/// out; every key found in the GPU's table at its ordinal.
+/// Same projected coordinates in, the same ripples, anchors, short and
+/// collision counts out; every key found in the GPU's table at its ordinal.
 #[test]
 fn gpu_ripples_equal_cpu_ripples() {
     let Some(gpu) = gpu_or_skip("gpu_ripples_equal_cpu_ripples") else {
@@ -185,6 +185,7 @@ fn gpu_ripples_equal_cpu_ripples() {
                     .filter(|(a, b)| a != b)
                     .count();
                 assert_eq!(differ, 0, "{at}: {differ} ripple ids differ");
+                assert_eq!(w.anchors, g.anchors, "{at}: anchors");
                 assert_eq!(
                     g.slot_keys.len(),
                     table_capacity(g.keys.len()),
@@ -258,6 +259,13 @@ fn gpu_ripples_streamed_equal_resident() {
         let a = gpu_ripples::build_all(&gpu, &map, &resident, &spec, &pb).unwrap();
         let b = gpu_ripples::build_all(&gpu, &map, &streamed, &spec, &pb).unwrap();
         assert!(!a.ripples.is_empty());
+        // The members rule keeps an anchor per fragment for the ripples
+        // through the rows; a searched one needs none.
+        let anchors = match rule {
+            RippleRule::Members => a.ripples.len() / 12,
+            RippleRule::Nearest => 0,
+        };
+        assert_eq!(a.anchors.len(), anchors, "{rule:?}: anchors");
         assert_eq!(
             a, b,
             "{rule:?}: streamed and resident principal coordinates give other tables"

@@ -27,9 +27,8 @@ pub struct BuildFlags {
     /// parent fragment: octex's first rule, for comparison).
     #[arg(long, default_value = "nearest")]
     pub ripple_rule: octex_build::RippleRule,
-    /// Inverted-file lists probed per fragment centre. Default: on the CPU
-    /// the ripples are found through the neighbour rows; on the GPU the
-    /// count is chosen by the recall of the lists on a sample.
+    /// Inverted-file lists probed per fragment centre. Default: the ripples
+    /// are found through the neighbour rows instead.
     #[arg(long)]
     pub ripple_probes: Option<usize>,
     /// Smallest stored fragment pmin (default by n).

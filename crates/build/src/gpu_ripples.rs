@@ -266,6 +266,11 @@ pub fn build_all(
                 &mut flat.table_slots[so..so + cap],
             )?;
             level.fetch_ripples(&mut flat.ripples[rb..rb + level.ripple_len()])?;
+            if !spec.searches() {
+                let at = flat.anchors.len();
+                flat.anchors.resize(at + level.stored, 0);
+                level.fetch_anchors(&mut flat.anchors[at..])?;
+            }
             flat.fragments[sp] += level.stored;
             flat.short[sp] += level.short;
             flat.collisions += level.collisions;
@@ -283,44 +288,6 @@ pub fn build_all(
         );
     }
     Ok(flat)
-}
-
-/// [`crate::probes::choose_probes`] with the inverted file on the GPU (built over
-/// `z`, copy `copy`'s projection, from the host).
-pub fn choose_probes(
-    g: &Gpu,
-    map: &CopyMap,
-    copy: usize,
-    z: &[f32],
-    spec: &RippleSpec,
-    samples: usize,
-) -> Result<(usize, f64), BuildError> {
-    let cd = map.copy_dim();
-    let l = spec.list_len;
-    let kernels = IvfKernels::new(g)?;
-    let zd = g.upload(z)?;
-    let ivf = GpuProjectedIvf::build(g, &kernels, &zd.slice(..), cd, &spec.ivf)?;
-    let search = |centres: &[f32], probes: usize| -> Result<Vec<u32>, GpuError> {
-        let m = centres.len() / cd;
-        let mut scratch = IvfScratch::with_centres(g, centres, cd, probes)?;
-        let mut out = g.zeros::<u32>(m * l)?;
-        let lp = (l, probes);
-        ivf.nearest(
-            g,
-            &kernels,
-            &zd.slice(..),
-            &mut scratch,
-            m,
-            lp,
-            &mut out.slice_mut(..),
-        )?;
-        let mut found = vec![0u32; m * l];
-        g.download(&out, &mut found)?;
-        Ok(found)
-    };
-    Ok(crate::probes::choose_probes_with(
-        map, copy, z, spec, samples, search,
-    )?)
 }
 
 /// The int8 sketch rows (`n x w`) on the GPU, for the given scales.

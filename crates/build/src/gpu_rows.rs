@@ -146,10 +146,11 @@ pub fn exact_knn_chunked(
         // test checks it), at a fraction of the time of f32 products.
         let bf = GpuBruteForce::new(g, &x[c0 * d..c1 * d], d)?.with_tf32(tf32);
         if c0 == 0 {
-            if let Ok((gemm_ms, topk_ms)) = bf.profile_tile(8_192, k.min(c1 - c0)) {
+            if let Ok(p) = bf.profile_tile(8_192, k.min(c1 - c0)) {
                 tracing::info!(
-                    gemm_ms,
-                    topk_ms,
+                    product_ms = p.product_ms,
+                    topk_empty_ms = p.topk_empty_ms,
+                    topk_full_ms = p.topk_full_ms,
                     tiles = n.div_ceil(octex_kernels::brute::TILE) * n.div_ceil(8_192),
                     tile_vectors = octex_kernels::brute::TILE,
                     "one tile of the exact rows (8192 queries)"

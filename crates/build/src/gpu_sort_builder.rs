@@ -28,6 +28,8 @@ pub struct LevelRipples {
     pub keys: Vec<u64>,
     /// `keys.len() x l` ids, nearest to the centre first, padded with `PAD_ID`.
     pub ripples: Vec<u32>,
+    /// Each stored fragment's member nearest to its centre.
+    pub anchors: Vec<u32>,
     /// Open-addressing slots (`EMPTY_KEY` when free) and their ordinals.
     pub slot_keys: Vec<u64>,
     pub slot_ids: Vec<u32>,
@@ -426,6 +428,7 @@ impl<'a> LevelOut<'a> {
         let mut r = LevelRipples {
             keys: vec![0; self.stored],
             ripples: vec![0; self.ripples.len()],
+            anchors: vec![0; self.stored],
             slot_keys: vec![0; self.capacity],
             slot_ids: vec![0; self.capacity],
             short: self.short,
@@ -433,6 +436,7 @@ impl<'a> LevelOut<'a> {
         };
         self.fetch_keys(&mut r.keys)?;
         self.fetch_ripples(&mut r.ripples)?;
+        self.fetch_anchors(&mut r.anchors)?;
         self.fetch_table(&mut r.slot_keys, &mut r.slot_ids)?;
         Ok(r)
     }
@@ -446,6 +450,21 @@ impl<'a> LevelOut<'a> {
     pub fn fetch_ripples(&mut self, dst: &mut [u32]) -> Result<(), GpuError> {
         self.fetcher
             .fetch(&self.ripples.as_view(), dst, self.stream)
+    }
+
+    /// A member of each stored fragment, its nearest to the centre
+    /// (`stored` ids, `perm[frag_start[f]]`), into `dst`: the anchors the
+    /// ripples through the rows decode centres from.
+    pub fn fetch_anchors(&mut self, dst: &mut [u32]) -> Result<(), GpuError> {
+        let mut starts = vec![0u32; self.frag_start.len()];
+        let mut perm = vec![0u32; self.perm.len()];
+        self.fetcher
+            .fetch(&self.frag_start, &mut starts, self.stream)?;
+        self.fetcher.fetch(&self.perm, &mut perm, self.stream)?;
+        for (a, &s) in dst.iter_mut().zip(&starts) {
+            *a = perm[s as usize];
+        }
+        Ok(())
     }
 
     /// The key table's slots (`capacity` keys and ordinals).

@@ -11,11 +11,10 @@
 //!    data ([`spacing`]);
 //! 4. fragment ripples of every copy ([`ripples`]): the stored fragments by
 //!    sorting, each one's ripple the `l` vectors nearest to its centre. The
-//!    GPU finds them through an inverted file over the copy's projection
-//!    ([`gpu_centre_knn`]); the CPU keeps each fragment's nearest members
-//!    here and finds the nearest vectors through the rows after step 6
-//!    ([`ripples_by_rows`]; [`centre_knn`]'s inverted file when its probes
-//!    are given);
+//!    build keeps each fragment's nearest members here and finds the
+//!    nearest vectors through the rows after step 6 ([`ripples_by_rows`]);
+//!    given a probe count, it searches an inverted file over the copy's
+//!    projection instead ([`centre_knn`], on the GPU [`gpu_centre_knn`]);
 //! 5. the int8 sketch ([`sketch`]);
 //! 6. neighbour rows: exact k-NN ([`octex_search::knn`]) or the index's own search
 //!    ([`search_rows`]) for `2 Lt` neighbours a vector, ordered by detour

@@ -99,17 +99,6 @@ pub mod gpu_ripples {
         match *g {}
     }
 
-    pub fn choose_probes(
-        g: &Gpu,
-        _: &CopyMap,
-        _: usize,
-        _: &[f32],
-        _: &RippleSpec,
-        _: usize,
-    ) -> Result<(usize, f64), BuildError> {
-        match *g {}
-    }
-
     pub fn sketch(
         g: &Gpu,
         p: &DevicePrincipal,

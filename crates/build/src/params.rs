@@ -81,13 +81,9 @@ pub struct BuildParams {
     pub ripple_rule: RippleRule,
     /// Inverted-file lists probed per fragment centre when the ripples are
     /// searched ([`RippleRule::Nearest`] with `pmin < l`), of `sqrt(n)` lists.
-    /// On the CPU, `None` finds those ripples through the neighbour rows
-    /// instead ([`crate::ripples_by_rows`]) and a count asks for the inverted
-    /// file. On the GPU, `None` chooses the count from the data: the fewest of
-    /// [`crate::probes::PROBE_LADDER`] whose lists hold
-    /// [`crate::probes::PROBE_TARGET_RECALL`] of the exact `l` nearest for the
-    /// fragments that sample vectors of copy 0 read, else the last (see
-    /// `probes::choose_probes`).
+    /// `None` (the default, on both backends) finds those ripples through
+    /// the neighbour rows instead ([`crate::ripples_by_rows`]); a count asks
+    /// for the inverted file.
     pub ripple_probes: Option<usize>,
     /// Smallest fragment (members) that gets a stored ripple, `pmin`. Default 1
     /// below 2M vectors, 2 up to 20M, 10 above (memory).

@@ -143,10 +143,10 @@ pub(crate) fn structure(
             ..Default::default()
         },
     };
-    // The CPU finds the nearest rule's ripples through the rows
+    // Both backends find the nearest rule's ripples through the rows
     // (`ripples_by_rows`), from the members' ripples built here, unless the
     // inverted file's probes are given.
-    let through_rows = gpu.is_none() && spec.searches() && p.ripple_probes.is_none();
+    let through_rows = spec.searches() && p.ripple_probes.is_none();
     if through_rows {
         spec.rule = ripples::RippleRule::Members;
     }
@@ -156,20 +156,6 @@ pub(crate) fn structure(
         true => Vec::new(),
         false => ripples::project_copy(&pcs, &map, 0, None),
     };
-    if spec.searches() && p.ripple_probes.is_none() {
-        let (probes, recall) = report.phase("ripple_probes", || match &gpu {
-            Some(g) => gpu_ripples::choose_probes(g, &map, 0, &z0, &spec, RIPPLE_RECALL_SAMPLES),
-            None => Ok(probes::choose_probes(
-                &map,
-                0,
-                &z0,
-                &spec,
-                RIPPLE_RECALL_SAMPLES,
-            )),
-        })?;
-        tracing::info!(probes, recall, "inverted-file probes per fragment centre");
-        spec.ivf.probes = probes;
-    }
     report.ripple_probes = spec.searches().then_some(spec.ivf.probes);
     let ripples_on_gpu = match &gpu {
         Some(g) => gpu_ripples::fits(g, n, &spec, map.copy_dim())?,

@@ -1,4 +1,6 @@
 //! Neighbour rows by the index's own search (the paper's build for large `n`).
+//! Passes after the first search the vectors in the rows' breadth-first
+//! order ([`locality_order`]): the same lists, sooner.
 //!
 //! Pass 1: every base vector searches the index with the first round only
 //! (`W = 0`, whole ripples); its own id is removed. These rows, with reverse
@@ -49,11 +51,25 @@ fn forward_lists(
     k: usize,
     p: &SearchParams,
     pb: &Stage,
+    order: Option<&[u32]>,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let n = x.len() / dim;
-    let mut ids = Vec::with_capacity(n * k);
-    let mut dists = Vec::with_capacity(n * k);
-    for (c, chunk) in x.chunks(CHUNK * dim).enumerate() {
+    let mut ids = vec![PAD_ID; n * k];
+    let mut dists = vec![f32::INFINITY; n * k];
+    let mut gathered = Vec::new();
+    for start in (0..n).step_by(CHUNK) {
+        let end = (start + CHUNK).min(n);
+        let who = |q: usize| order.map_or(start + q, |o| o[start + q] as usize);
+        let chunk: &[f32] = match order {
+            None => &x[start * dim..end * dim],
+            Some(o) => {
+                gathered.clear();
+                for &u in &o[start..end] {
+                    gathered.extend_from_slice(&x[u as usize * dim..(u as usize + 1) * dim]);
+                }
+                &gathered
+            }
+        };
         // k + 1 results: the vector itself is (almost always) among them.
         let res = searcher
             .search_stored(chunk, (k + 1).min(n), p)
@@ -62,23 +78,49 @@ fn forward_lists(
                 source,
             })?;
         for q in 0..res.len() {
-            let self_id = (c * CHUNK + q) as u32;
+            let u = who(q);
+            let (out_ids, out_d) = (&mut ids[u * k..(u + 1) * k], &mut dists[u * k..(u + 1) * k]);
             let mut taken = 0;
             for (&id, &d) in res.ids(q).iter().zip(res.distances(q)) {
-                if taken < k && id != self_id && id != PAD_ID {
-                    ids.push(id);
-                    dists.push(d);
+                if taken < k && id as usize != u && id != PAD_ID {
+                    out_ids[taken] = id;
+                    out_d[taken] = d;
                     taken += 1;
                 }
-            }
-            for _ in taken..k {
-                ids.push(PAD_ID);
-                dists.push(f32::INFINITY);
             }
         }
         pb.inc(res.len() as u64);
     }
     Ok((ids, dists))
+}
+
+/// The base vectors breadth first through `rows` (`lt` ids each), from
+/// each vector not yet reached in id order: consecutive ones are near each
+/// other, so a pass searching them in this order finds the index's parts
+/// its last queries read still in the cache.
+pub fn locality_order(rows: &[u32], lt: usize) -> Vec<u32> {
+    let n = rows.len() / lt.max(1);
+    let mut reached = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    for root in 0..n {
+        if reached[root] {
+            continue;
+        }
+        reached[root] = true;
+        let mut head = order.len();
+        order.push(root as u32);
+        while head < order.len() {
+            let u = order[head] as usize;
+            head += 1;
+            for &v in &rows[u * lt..(u + 1) * lt] {
+                if v != PAD_ID && !reached[v as usize] {
+                    reached[v as usize] = true;
+                    order.push(v);
+                }
+            }
+        }
+    }
+    order
 }
 
 /// The row searcher over `index`: its GPU backend when `gpu`, else the CPU.
@@ -136,7 +178,7 @@ pub fn rows_by_search(
         rerank,
         wave_rerank: false,
     };
-    let (ids, dists) = one_pass(&first, gpu, x, dim, k, &p1, pb)?;
+    let (ids, dists) = one_pass(&first, gpu, x, dim, k, &p1, pb, None)?;
     drop(first);
     // The rows the build's own passes search are in distance order: the
     // detour order ([`crate::rows::order_by_detours`]) is as costly as a
@@ -146,6 +188,9 @@ pub fn rows_by_search(
         ..shape
     };
     parts.rows = assemble(&ids, &dists, k, searched_shape);
+    // Passes 2 and 3 search the vectors breadth first through these rows.
+    let order = locality_order(&parts.rows, lt);
+    let order = Some(order.as_slice());
     let second = octex_search::Index::new(Index::from_parts(parts.clone())?);
     let p2 = SearchParams {
         read_depth: list_len,
@@ -154,7 +199,7 @@ pub fn rows_by_search(
         rerank,
         wave_rerank: false,
     };
-    let (mut ids, mut dists) = one_pass(&second, gpu, x, dim, k, &p2, pb)?;
+    let (mut ids, mut dists) = one_pass(&second, gpu, x, dim, k, &p2, pb, order)?;
     drop(second);
     join(x, dim, &mut ids, &mut dists, k);
     let truth = crate::check::RowTruth::new(
@@ -184,7 +229,7 @@ pub fn rows_by_search(
             return Ok((assemble(&ids, &dists, k, shape), report));
         }
         pb.restart(pb.total() + n as u64, pb.position());
-        let (ids3, dists3) = one_pass(&third, gpu, x, dim, k, &p3, pb)?;
+        let (ids3, dists3) = one_pass(&third, gpu, x, dim, k, &p3, pb, order)?;
         drop(third);
         merge_lists(&mut ids, &mut dists, &ids3, &dists3, k);
         join(x, dim, &mut ids, &mut dists, k);
@@ -222,6 +267,7 @@ fn deep_pass_on_sample(
         k,
         p,
         &Stage::hidden(),
+        None,
     )?;
     // `forward_lists` took the sample's positions for ids: its own id is
     // removed here instead.
@@ -311,6 +357,7 @@ fn merge_lists(ids: &mut [u32], dists: &mut [f32], ids2: &[u32], dists2: &[f32],
 /// One pass of forward lists, on the GPU when `gpu` and the GPU takes the
 /// search (its shared memory bounds a query's plan: at C = 256 copies the
 /// first round of pass 1 does not fit), else on the CPU cores, with a warning.
+#[allow(clippy::too_many_arguments)]
 fn one_pass(
     index: &octex_search::Index,
     gpu: bool,
@@ -319,10 +366,12 @@ fn one_pass(
     k: usize,
     p: &SearchParams,
     pb: &Stage,
+    order: Option<&[u32]>,
 ) -> Result<(Vec<u32>, Vec<f32>), BuildError> {
     let start = pb.position();
     if gpu {
-        match searcher(index, true).and_then(|mut s| forward_lists(&mut s, x, dim, k, p, pb)) {
+        match searcher(index, true).and_then(|mut s| forward_lists(&mut s, x, dim, k, p, pb, order))
+        {
             Ok(found) => return Ok(found),
             Err(e) => {
                 tracing::warn!("GPU row search refused ({e}); this pass runs on the CPU cores");
@@ -331,7 +380,7 @@ fn one_pass(
         }
     }
     let t = std::time::Instant::now();
-    let found = forward_lists(&mut searcher(index, false)?, x, dim, k, p, pb)?;
+    let found = forward_lists(&mut searcher(index, false)?, x, dim, k, p, pb, order)?;
     tracing::debug!(
         start_points = p.start_points,
         waves = p.waves,
@@ -340,4 +389,51 @@ fn one_pass(
         "row search pass"
     );
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locality_order_is_breadth_first_and_a_permutation() {
+        // 0 -> 3, 5; 1 -> nothing; 2 -> 4; 3 -> 1; 4 -> 2; 5 -> 0, 3 (6 -> 0, 3).
+        let p = PAD_ID;
+        let rows = [3, 5, p, p, 4, p, 1, p, 2, p, 0, 3, 0, 3];
+        let order = locality_order(&rows[..12], 2);
+        assert_eq!(order, [0, 3, 5, 1, 2, 4]);
+        let order = locality_order(&rows[..14], 2);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..7).collect::<Vec<u32>>());
+    }
+
+    /// Searching the vectors in another order finds the same lists.
+    #[test]
+    fn a_pass_in_the_locality_order_finds_the_same_lists() {
+        let (n, dim, k) = (3_000, 16, 12);
+        let mut rng = octex_lattice::GaussianRng::new(5, 0);
+        let x: Vec<f32> = (0..n * dim).map(|_| rng.normal() as f32).collect();
+        let params = crate::BuildParams {
+            backend: Backend::Cpu,
+            copies: Some(8),
+            ..Default::default()
+        };
+        let built = crate::build(&x, dim, octex_index::Metric::L2, &params).unwrap();
+        let lt = built.index.header().row_len as usize;
+        let order = locality_order(built.index.rows(), lt);
+        let index = octex_search::Index::new(built.index);
+        let p = SearchParams {
+            start_points: 8,
+            waves: 1,
+            ..SearchParams::default()
+        };
+        let pb = Stage::hidden();
+        let mut s = searcher(&index, false).unwrap();
+        let plain = forward_lists(&mut s, &x, dim, k, &p, &pb, None).unwrap();
+        let ordered = forward_lists(&mut s, &x, dim, k, &p, &pb, Some(&order)).unwrap();
+        assert_ne!(order, (0..n as u32).collect::<Vec<_>>());
+        assert!(plain.0 == ordered.0 && plain.1 == ordered.1);
+        assert!((0..n).all(|u| !plain.0[u * k..(u + 1) * k].contains(&(u as u32))));
+    }
 }

@@ -401,6 +401,22 @@ fn far_queries_and_inner_product_on_gpu() {
     let mut g = ip.gpu(&GpuOptions::default()).unwrap();
     let gpu = g.search(&queries, 10, &SearchParams::default()).unwrap();
     assert!(recall(&gpu.ids, &cpu.ids, 10) > 0.95);
+    // The first round and a wave, where the query shell (`octex_search::shell`)
+    // decides what is found: the GPU moves the queries as the CPU does.
+    let shell = ip.raw().header().query_shell;
+    let first = SearchParams {
+        start_points: 16,
+        waves: 1,
+        rerank: 64,
+        ..Default::default()
+    };
+    let (c1, g1) = (
+        ip.search(&queries, 10, &first).unwrap(),
+        g.search(&queries, 10, &first).unwrap(),
+    );
+    let shared = recall(&g1.ids, &c1.ids, 10);
+    eprintln!("query shell {shell:?}: S16 W1 ids shared {shared:.4}");
+    assert!(shared > 0.95, "{shared}");
     for (a, b) in cpu.distances.iter().zip(&gpu.distances) {
         if a.is_finite() && b.is_finite() {
             assert!(

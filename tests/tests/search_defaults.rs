@@ -1,6 +1,7 @@
 //! The search defaults a build stores in its index: chosen on the index's own
 //! sample, kept through saves and loads, read back from files written
-//! before they existed (format version 2), and refused when out of range.
+//! before they existed (format version 2; version 3 lacks the query shell),
+//! and refused when out of range.
 
 use octex_build::{build, BuildParams};
 use octex_index::{Index as RawIndex, IndexError, LoadOptions, Metric, SearchDefaults};
@@ -32,16 +33,30 @@ fn queries_near(base: &[f32], count: usize) -> Vec<f32> {
 }
 
 /// The bytes of `index` as format version 2 wrote them: the header without
-/// its last field (the `None` of `search_defaults`, one zero byte).
+/// its last two fields (the `None`s of `search_defaults` and `query_shell`,
+/// one zero byte each).
 fn as_version_2(index: RawIndex) -> Vec<u8> {
     let index = index.with_search_defaults(None).unwrap();
+    as_older(index, 2)
+}
+
+/// The bytes of `index` (its last header fields `None`) as format
+/// `version` (2 or 3) wrote them: the header without the fields it lacked.
+fn as_older(index: RawIndex, version: u32) -> Vec<u8> {
+    let index = index.with_query_shell(None).unwrap();
+    let missing = (octex_index::FORMAT_VERSION - version) as usize;
     let mut bytes = index.as_bytes().to_vec();
     let hlen = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
-    // The last byte becomes padding before the first section.
-    assert_eq!(bytes[24 + hlen - 1], 0, "None is one zero byte");
-    let short = hlen - 1;
+    // The last bytes become padding before the first section.
+    assert!(
+        bytes[24 + hlen - missing..24 + hlen]
+            .iter()
+            .all(|&b| b == 0),
+        "a None is one zero byte"
+    );
+    let short = hlen - missing;
     let sum = xxh3_64(&bytes[24..24 + short]);
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
     bytes[12..16].copy_from_slice(&(short as u32).to_le_bytes());
     bytes[16..24].copy_from_slice(&sum.to_le_bytes());
     bytes
@@ -158,7 +173,8 @@ fn defaults_are_kept_through_both_ways_of_setting_them_and_a_file() {
 }
 
 /// A file of format version 2 loads, searches as before, and takes the
-/// fixed defaults; versions outside 2..=3 are refused by name.
+/// fixed defaults; one of version 3 keeps its defaults; versions outside
+/// 2..=4 are refused by name.
 #[test]
 fn version_2_files_load_with_the_fixed_defaults() {
     let (raw, base) = built(2_000);
@@ -175,12 +191,19 @@ fn version_2_files_load_with_the_fixed_defaults() {
         current.search(&q, 10, &p).unwrap().ids
     );
 
-    for version in [1u32, 4, 9] {
+    // Version 3: the defaults kept, no query shell.
+    let (raw3, _) = built(2_000);
+    let defaults = raw3.header().search_defaults;
+    let v3 = RawIndex::from_bytes(&as_older(raw3, 3), LoadOptions::default()).unwrap();
+    assert_eq!(v3.header().search_defaults, defaults);
+    assert_eq!(v3.header().query_shell, None);
+
+    for version in [1u32, 5, 9] {
         let mut bytes = old_bytes.clone();
         bytes[8..12].copy_from_slice(&version.to_le_bytes());
         match RawIndex::from_bytes(&bytes, LoadOptions::default()) {
             Err(e @ IndexError::Version { .. }) => {
-                assert!(e.to_string().contains("versions 2 to 3"), "{e}")
+                assert!(e.to_string().contains("versions 2 to 4"), "{e}")
             }
             other => panic!("version {version}: {:?}", other.map(|_| ())),
         }

@@ -324,6 +324,17 @@ pub fn print_report(r: &octex_build::BuildReport, n: usize) {
             rs.pass2_recall
         );
     }
+    if let Some(c) = r.query_shell {
+        println!(
+            "  inner-product queries start at norm {:.3} of the largest: {} (sample recall@10 {:.4} / {:.4} against {:.4} / {:.4} left where they are)",
+            c.shell,
+            if c.kept { "kept" } else { "not kept" },
+            c.recall_with[0],
+            c.recall_with[1],
+            c.recall_without[0],
+            c.recall_without[1]
+        );
+    }
     if let Some(d) = r.search_defaults {
         println!(
             "  search defaults: r={} S={} W={} R={} (recall@10 {:.4} on the held-back sample; chosen for {})",

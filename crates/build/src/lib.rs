@@ -80,6 +80,8 @@ pub mod probes;
 #[doc(hidden)]
 pub mod progress;
 #[doc(hidden)]
+pub mod query_shell;
+#[doc(hidden)]
 pub mod refine;
 #[doc(hidden)]
 pub mod ripples;
@@ -230,6 +232,9 @@ pub struct BuildReport {
     pub sketch_ranking: Option<(f64, f64)>,
     /// Residual sketch centres kept (0: the plain sketch).
     pub sketch_centres: usize,
+    /// The inner-product query shell tried, and whether it was kept
+    /// ([`query_shell`]).
+    pub query_shell: Option<query_shell::ShellChoice>,
     /// The search defaults chosen for the index.
     pub search_defaults: Option<octex_index::SearchDefaults>,
     pub sizes: SizeEstimate,
@@ -574,6 +579,19 @@ pub fn build_with_progress(
         Ok((parts, map, choice))
     })?;
     let index = report.phase("finish", || Index::from_parts(parts))?;
+    let (index, shell) = report.phase("query_shell", || {
+        query_shell::choose(index, x, sdim, p.seed)
+    })?;
+    if let Some(c) = shell {
+        tracing::info!(
+            shell = c.shell,
+            without = ?c.recall_without,
+            with = ?c.recall_with,
+            kept = c.kept,
+            "inner-product query shell"
+        );
+    }
+    report.query_shell = shell;
     let index = report.phase("search_defaults", || with_chosen_defaults(index))?;
     report.search_defaults = index.header().search_defaults;
     if let Some(d) = report.search_defaults {

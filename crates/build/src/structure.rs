@@ -294,6 +294,7 @@ pub(crate) fn structure(
             build_params: serde_json::to_string(&p).unwrap_or_default(),
             sections: Vec::new(),
             search_defaults: None,
+            query_shell: None,
         };
         IndexParts {
             header,

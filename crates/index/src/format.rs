@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 /// First bytes of every index file.
 pub const MAGIC: &[u8; 8] = b"OCTEXIDX";
 /// Version of the layout this crate writes.
-pub const FORMAT_VERSION: u32 = 3;
-/// Oldest version it reads: version 2 is version 3 without
-/// [`IndexHeader::search_defaults`] (read as `None`).
+pub const FORMAT_VERSION: u32 = 4;
+/// Oldest version it reads: version 3 is version 4 without
+/// [`IndexHeader::query_shell`], version 2 also without
+/// [`IndexHeader::search_defaults`] (both read as `None`).
 pub const OLDEST_FORMAT_VERSION: u32 = 2;
 /// Most residual sketch centres an index may hold (`u16` centre ids).
 pub const MAX_SKETCH_CENTRES: usize = 1 << 16;
@@ -217,7 +218,8 @@ impl Metric {
     /// for any `t > 0`; at `|t q| = M` the query lies among the vectors of
     /// largest norm, the inner product's usual answers, instead of outside
     /// all of the data, so its lattice fragments and sketch codes are those
-    /// of its answers.
+    /// of its answers. Where the answers' norms lie well below `M`, an index
+    /// may start the first round nearer them ([`IndexHeader::query_shell`]).
     pub fn query_scale(norm2: f64, max_norm2: f64) -> f64 {
         if norm2 > 0.0 && max_norm2 > 0.0 && norm2.is_finite() {
             (max_norm2 / norm2).sqrt()
@@ -368,6 +370,11 @@ pub struct IndexHeader {
     /// The search point the build chose for this index (format version 3;
     /// `None` in older files and where the build chose none).
     pub search_defaults: Option<SearchDefaults>,
+    /// Inner product: the norm, a share of `max_norm` in `(0, 1]`, that a
+    /// query is moved to on the stored sphere for its first round (format
+    /// version 4; `None` in older files and where the build keeps queries
+    /// where they are). See `octex_search::shell`.
+    pub query_shell: Option<f32>,
 }
 
 /// The search parameters a build chose as its index's defaults for a

@@ -208,6 +208,21 @@ impl CopyMap {
         self.times_rotation(&self.basis_bias)
     }
 
+    /// The projections (length `width`) of `alpha x + beta e_coord` are
+    /// `alpha` times those of `x` plus this vector, for every `x` (the
+    /// principal coordinates are affine in `x` and the rotation linear):
+    /// `((alpha - 1) mu^T P + beta P[coord]) R`.
+    pub fn shell_offset(&self, coord: usize, alpha: f32, beta: f32) -> Vec<f32> {
+        let m = self.basis_dim;
+        let d: Vec<f32> = (0..m)
+            .map(|t| {
+                ((alpha as f64 - 1.0) * self.basis_bias[t] as f64
+                    + beta as f64 * self.basis[coord * m + t] as f64) as f32
+            })
+            .collect();
+        self.times_rotation(&d)
+    }
+
     /// `v_c R` (length `width`) for `v` of at least `m_c` values, summed in
     /// `f64`.
     fn times_rotation(&self, v: &[f32]) -> Vec<f32> {
@@ -355,6 +370,33 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn shell_offset_moves_projections_as_the_vector_moves() {
+        let d = 20;
+        let mean: Vec<f32> = (0..d).map(|i| 1.0 + i as f32 * 0.25).collect();
+        let basis = random_orthonormal(d, 12, &mut GaussianRng::new(4, 0));
+        let p = CopyMapParams {
+            copies: 2,
+            blocks: 1,
+            seed: 8,
+        };
+        let map = CopyMap::random(&mean, &basis, 12, 10, &[0.7; 10], &p, vec![1.0]);
+        let mut rng = GaussianRng::new(5, 0);
+        let x: Vec<f32> = (0..d).map(|_| rng.normal() as f32).collect();
+        let (alpha, beta, coord) = (0.6f32, 2.5f32, d - 1);
+        let mut moved: Vec<f32> = x.iter().map(|v| alpha * v).collect();
+        moved[coord] += beta;
+        let w = map.width();
+        let (mut pcs, mut z, mut zm) = (Vec::new(), vec![0f32; w], vec![0f32; w]);
+        map.project_batch(&x, &mut pcs, &mut z, false);
+        map.project_batch(&moved, &mut pcs, &mut zm, false);
+        let offset = map.shell_offset(coord, alpha, beta);
+        for j in 0..w {
+            let want = alpha * z[j] + offset[j];
+            assert!((zm[j] - want).abs() < 1e-4, "{j}: {} against {want}", zm[j]);
+        }
     }
 
     #[test]

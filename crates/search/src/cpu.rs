@@ -117,6 +117,9 @@ impl Index {
                     if !scan {
                         z.resize(qn * width, 0.0);
                         self.engine.map.project_batch(stored, pcs, z, false);
+                        if let Some(shell) = &self.engine.query_shell {
+                            shell.apply_batch(stored, sdim, z);
+                        }
                         self.engine.sketch_queries(&self.raw, pcs, qs);
                     }
                     for i in 0..qn {
@@ -246,6 +249,9 @@ impl SingleQuerySearcher<'_> {
         ix.engine
             .map
             .project_batch(&self.stored, &mut self.pcs, &mut self.z, false);
+        if let Some(shell) = &ix.engine.query_shell {
+            shell.apply_batch(&self.stored, ix.raw.stored_dim(), &mut self.z);
+        }
         ix.engine.sketch_queries(&ix.raw, &self.pcs, &mut self.qs);
         let mut ids = vec![0u32; k];
         let mut d = vec![0f32; k];

@@ -110,6 +110,9 @@ pub(crate) struct Engine {
     pub seeds: Vec<u32>,
     /// [`visits_seeds`]'s `far`: see [`crate::seeds::far_seed_distance`].
     pub far_seeds: f32,
+    /// Where inner-product queries start their first round
+    /// ([`crate::shell`]).
+    pub query_shell: Option<crate::shell::QueryShell>,
     /// The first round's decoder ([`octex_lattice::decoder`]).
     pub decode: DecodeFn,
 }
@@ -305,8 +308,10 @@ impl Engine {
             list_len: h.list_len as usize,
             seeds: crate::seeds::entry_points(index),
             far_seeds: f32::INFINITY,
+            query_shell: None,
             decode: octex_lattice::decoder::best_decode(),
         };
+        engine.query_shell = crate::shell::QueryShell::of(index, &engine.map);
         engine.far_seeds = crate::seeds::far_seed_distance(index, &engine);
         engine
     }

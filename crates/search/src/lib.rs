@@ -24,7 +24,8 @@
 //! Files: `index.rs` (the shared [`Index`], input checks, query
 //! preparation), `plan.rs` ([`SearchPlan`] and its bounds), `cpu.rs` and
 //! `engine.rs` (the CPU backend), `seeds.rs` (the fallback seeds and when a
-//! query visits them, for both backends), `simd.rs`, `visited.rs`, `gpu.rs` and
+//! query visits them, for both backends), [`shell`] (where an inner-product
+//! query's first round starts, for both backends), `simd.rs`, `visited.rs`, `gpu.rs` and
 //! `gpu/` (the GPU backend), `backend.rs` ([`Backend`], [`GpuOptions`],
 //! [`GpuTuning`]), `handle.rs` ([`SharedIndex`], what the Python and C
 //! bindings hold), `tune.rs` (`recall=`), `filter.rs` ([`IdFilter`] and
@@ -58,6 +59,7 @@ mod index;
 pub mod knn;
 mod plan;
 mod seeds;
+pub mod shell;
 pub mod simd;
 mod tune;
 mod visited;

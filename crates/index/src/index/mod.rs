@@ -333,17 +333,31 @@ impl Index {
         )
     }
 
-    /// This index with the header's search defaults set ([`SearchDefaults`]).
-    /// The header is rewritten in place where it still fits before the first
-    /// section (the rest of the gap zeroed), else the index is assembled
-    /// again; either way the result is validated as a load would validate
-    /// it, and it is of version [`FORMAT_VERSION`].
+    /// This index with the header's search defaults set ([`SearchDefaults`])
+    /// ([`Index::with_header`]).
     pub fn with_search_defaults(
         self,
         defaults: Option<SearchDefaults>,
     ) -> Result<Self, IndexError> {
         let mut header = self.header.clone();
         header.search_defaults = defaults;
+        self.with_header(header)
+    }
+
+    /// This index with the header's query shell set
+    /// ([`IndexHeader::query_shell`]) ([`Index::with_header`]).
+    pub fn with_query_shell(self, shell: Option<f32>) -> Result<Self, IndexError> {
+        let mut header = self.header.clone();
+        header.query_shell = shell;
+        self.with_header(header)
+    }
+
+    /// This index with `header` (the same sections). The header is
+    /// rewritten in place where it still fits before the first section (the
+    /// rest of the gap zeroed), else the index is assembled again; either
+    /// way the result is validated as a load would validate it, and it is of
+    /// version [`FORMAT_VERSION`].
+    fn with_header(self, header: IndexHeader) -> Result<Self, IndexError> {
         let hbytes = bincode::serde::encode_to_vec(&header, bincode_config()).map_err(|e| {
             IndexError::Invalid {
                 where_: self.origin.clone(),

@@ -60,12 +60,18 @@ impl Index {
                 .map(|(header, _)| header)
                 .map_err(|e| invalid(format!("header does not decode: {e}")))
         };
-        // Version 2 lacks the last field, an `Option`: its `None` is one zero byte.
-        let header = if version == 2 {
-            decode(&[hbytes, &[0]].concat())?
-        } else {
-            decode(hbytes)?
-        };
+        // Versions 2 and 3 lack the last two fields and the last one, each an
+        // `Option`: a `None` is one zero byte.
+        let missing = FORMAT_VERSION.saturating_sub(version) as usize;
+        let header = decode(&[hbytes, &vec![0u8; missing]].concat())?;
+        if let Some(r) = header.query_shell {
+            if !(r > 0.0 && r <= 1.0) || header.metric != Metric::InnerProduct {
+                return Err(invalid(format!(
+                    "query shell {r} for {:?} (inner product takes one in (0, 1])",
+                    header.metric
+                )));
+            }
+        }
         if header.search_defaults.is_some_and(|d| !d.is_valid()) {
             return Err(invalid(format!(
                 "search defaults {:?} out of range",

@@ -164,7 +164,20 @@ impl DeviceIndex {
         let inv_at = parts.put(gpu, &inv)?;
         let seeds = &index.engine.seeds;
         let seeds_at = parts.put(gpu, seeds)?;
-        let map = &index.engine.map;
+        // An inner-product shell ([`crate::shell`]): its factor scales the
+        // projection matrices, its offset joins the biases below. Every
+        // batch is moved; stored-space batches come from the build's row
+        // passes, which run before a build chooses a shell.
+        let shelled;
+        let (map, shell_offset) = match &index.engine.query_shell {
+            Some(shell) => {
+                let mut m = index.engine.map.clone();
+                m.rotation.iter_mut().for_each(|r| *r *= shell.alpha);
+                shelled = m;
+                (&shelled, Some(shell.offset.as_slice()))
+            }
+            None => (&index.engine.map, None),
+        };
         let mean = raw.mean();
         if mean.len() != raw.stored_dim() {
             return Err(SearchError::Index(octex_index::IndexError::Invalid {
@@ -179,10 +192,13 @@ impl DeviceIndex {
         let (projection, projection_floats) = Projection::upload(gpu, map, mean, tf32, tuning)?;
         // The biases of the products' outputs: zero when the queries are
         // centred before them.
-        let (basis_bias, z_bias) = match projection.mean {
+        let (basis_bias, mut z_bias) = match projection.mean {
             Some(_) => (vec![0.0; map.basis_dim], vec![0.0; map.width()]),
             None => (map.basis_bias.clone(), map.projection_bias()),
         };
+        if let Some(offset) = shell_offset {
+            z_bias.iter_mut().zip(offset).for_each(|(b, o)| *b -= o);
+        }
         let basis_bias_at = parts.put(gpu, &basis_bias)?;
         // The projections' bias folded into the shifts, per spacing, so the
         // kernel's decoding reads one value per coordinate besides `z`, as the

@@ -149,6 +149,7 @@ impl Shape {
             build_params: String::new(),
             sections: Vec::new(),
             search_defaults: None,
+            query_shell: None,
         }
     }
 

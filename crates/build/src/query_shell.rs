@@ -18,9 +18,8 @@ pub const SHELL_SAMPLE: usize = 512;
 /// three waves.
 pub const SHELL_POINTS: [(usize, usize); 2] = [(16, 1), (32, 3)];
 /// Recall the shell must gain at the first point; at the second (deeper)
-/// it must lose none: queries moved near the answers' norm can start in a
-/// part of the graph the waves do not leave (8,000 clustered vectors: 0.804
-/// -> 0.902 at the first point, 0.9994 -> 0.9473 at the second).
+/// it must lose none: moved queries can start in a part of the graph the
+/// waves do not leave (docs/RESULTS.md, "Inner product").
 pub const SHELL_MIN_GAIN: f64 = 0.005;
 /// Neighbours compared.
 const K: usize = 10;

@@ -7,8 +7,11 @@
 //! first round from `[q rM/|q|, M sqrt(1 - r^2)]` instead: its projections
 //! are `r z + offset` of the query's own ([`octex_lattice::CopyMap::shell_offset`]).
 //! The sketch ranking, the waves and the rerank keep the query itself. Both
-//! backends read [`QueryShell`]: the CPU moves the projections, the GPU
-//! folds the same into its projection matrices and shifts.
+//! backends read [`QueryShell`]: the CPU moves the projections of the
+//! queries [`QueryShell::moves`] names, the GPU folds the same into its
+//! projection matrices and shifts and so moves every batch (its
+//! stored-space batches are the build's row passes, which run before a
+//! build chooses a shell).
 
 use octex_index::{Index, Metric};
 use octex_lattice::CopyMap;
